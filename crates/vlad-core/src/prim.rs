@@ -1,0 +1,129 @@
+//! The primitive procedures of VLAD (DESIGN.md, "The language"). Primitive names are ordinary
+//! variables bound in the top-level basis; the expander resolves an unshadowed name to a
+//! [`crate::Expr::Prim`] node.
+
+macro_rules! prims {
+    ($($variant:ident => $name:literal,)*) => {
+        /// A primitive procedure.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Prim { $($variant,)* }
+
+        impl Prim {
+            /// Every primitive, in declaration order.
+            pub const ALL: &'static [Prim] = &[$(Prim::$variant,)*];
+
+            /// The name a program uses for this primitive.
+            pub fn name(self) -> &'static str {
+                match self { $(Prim::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+prims! {
+    Add => "+",
+    Sub => "-",
+    Mul => "*",
+    Div => "/",
+    Sqrt => "sqrt",
+    Exp => "exp",
+    Log => "log",
+    Sin => "sin",
+    Cos => "cos",
+    Atan => "atan",
+    Eq => "=",
+    Lt => "<",
+    Gt => ">",
+    Le => "<=",
+    Ge => ">=",
+    IsZero => "zero?",
+    IsPositive => "positive?",
+    IsNegative => "negative?",
+    IsNull => "null?",
+    IsBoolean => "boolean?",
+    IsReal => "real?",
+    IsPair => "pair?",
+    IsProcedure => "procedure?",
+    IsPerturbation => "perturbation?",
+    IsForward => "forward?",
+    IsSensitivity => "sensitivity?",
+    IsReverse => "reverse?",
+    IfProcedure => "if-procedure",
+    ReadReal => "read-real",
+    Real => "real",
+    WriteReal => "write-real",
+    Write => "write",
+    Zero => "zero",
+    Perturb => "perturb",
+    Unperturb => "unperturb",
+    Primal => "primal",
+    Tangent => "tangent",
+    Bundle => "bundle",
+    Sensitize => "sensitize",
+    Unsensitize => "unsensitize",
+    Plus => "plus",
+    StarJ => "*j",
+    StarJInverse => "*j-inverse",
+}
+
+impl Prim {
+    /// Looks a primitive up by its name.
+    pub fn from_name(name: &str) -> Option<Prim> {
+        Prim::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// Unary real functions R -> R.
+    pub fn is_unary_real(self) -> bool {
+        matches!(
+            self,
+            Prim::Sqrt | Prim::Exp | Prim::Log | Prim::Sin | Prim::Cos
+        )
+    }
+
+    /// Binary real functions R x R -> R.
+    pub fn is_binary_real(self) -> bool {
+        matches!(
+            self,
+            Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Atan
+        )
+    }
+
+    /// Binary comparisons of reals.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, Prim::Eq | Prim::Lt | Prim::Gt | Prim::Le | Prim::Ge)
+    }
+
+    /// Unary predicates on reals.
+    pub fn is_real_predicate(self) -> bool {
+        matches!(self, Prim::IsZero | Prim::IsPositive | Prim::IsNegative)
+    }
+
+    /// Unary type predicates (any value).
+    pub fn is_type_predicate(self) -> bool {
+        matches!(
+            self,
+            Prim::IsNull
+                | Prim::IsBoolean
+                | Prim::IsReal
+                | Prim::IsPair
+                | Prim::IsProcedure
+                | Prim::IsPerturbation
+                | Prim::IsForward
+                | Prim::IsSensitivity
+                | Prim::IsReverse
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_are_43_primitives_with_unique_names() {
+        assert_eq!(Prim::ALL.len(), 43);
+        for p in Prim::ALL {
+            assert_eq!(Prim::from_name(p.name()), Some(*p));
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The tag transforms of Core (paper 001 §4.1): `bundle`, `perturb` and `sensitize` of a closure
+//! give a closure over the transformed lambda expression. The transform is the same structural
+//! map for every tag: binders and variable references get the tag pushed (alpha conversion to the
+//! tagged variable), `cons` builds pairs carrying the tag, and constants and primitives are lifted
+//! through it (`j*` of a constant in forward code, `perturb` of it in perturbation code, ...).
+//!
+//! Transforms are memoised on hash-consed ids and remember their origin, so the inverse
+//! (`primal`, `tangent`, `unperturb`, `unsensitize`) is a table look-up.
+
+use crate::expr::{Arena, Expr, ExprId, Pattern};
+use crate::{Tag, Tags, Var};
+use std::fmt;
+use std::rc::Rc;
+
+/// Why a transform could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransformError {
+    /// More nested AD levels than [`crate::tags::MAX_TAG_DEPTH`].
+    TooDeep,
+}
+
+impl fmt::Display for TransformError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransformError::TooDeep => write!(
+                f,
+                "derivatives are nested more than {} levels deep",
+                crate::tags::MAX_TAG_DEPTH
+            ),
+        }
+    }
+}
+
+fn push(tags: Tags, tag: Tag) -> Result<Tags, TransformError> {
+    tags.push(tag).ok_or(TransformError::TooDeep)
+}
+
+fn tag_var(v: Var, tag: Tag) -> Result<Var, TransformError> {
+    Ok(Var {
+        id: v.id,
+        tags: push(v.tags, tag)?,
+    })
+}
+
+/// The pattern with every binder and every matched pair tagged.
+pub fn tag_pattern(p: &Pattern, tag: Tag) -> Result<Pattern, TransformError> {
+    Ok(match p {
+        Pattern::Var(v) => Pattern::Var(tag_var(*v, tag)?),
+        Pattern::Const(d, t) => Pattern::Const(d.clone(), push(*t, tag)?),
+        Pattern::Cons(t, a, b) => Pattern::Cons(
+            push(*t, tag)?,
+            Rc::new(tag_pattern(a, tag)?),
+            Rc::new(tag_pattern(b, tag)?),
+        ),
+    })
+}
+
+impl Arena {
+    /// The `tag`-transform of expression `e` (memoised). The transform is a bijection: see
+    /// [`Arena::untransform`].
+    pub fn transform(&mut self, e: ExprId, tag: Tag) -> Result<ExprId, TransformError> {
+        if let Some(t) = self.transformed.get(&(e, tag)) {
+            return Ok(*t);
+        }
+        // Post-order over the DAG with an explicit stack: transformed code can be large.
+        let mut stack = vec![(e, false)];
+        while let Some((x, ready)) = stack.pop() {
+            if self.transformed.contains_key(&(x, tag)) {
+                continue;
+            }
+            if !ready {
+                stack.push((x, true));
+                for k in self.children(x) {
+                    if !self.transformed.contains_key(&(k, tag)) {
+                        stack.push((k, false));
+                    }
+                }
+                continue;
+            }
+            let t = |a: &Arena, k: ExprId| a.transformed[&(k, tag)];
+            let new = match self.get(x).clone() {
+                Expr::Var(v) => Expr::Var(tag_var(v, tag)?),
+                Expr::Const(d, ts) => Expr::Const(d, push(ts, tag)?),
+                Expr::Prim(p, ts) => Expr::Prim(p, push(ts, tag)?),
+                Expr::Lambda(p, b, sp) => {
+                    Expr::Lambda(Rc::new(tag_pattern(&p, tag)?), t(self, b), sp)
+                }
+                Expr::App(f, a, sp) => Expr::App(t(self, f), t(self, a), sp),
+                Expr::Cons(ts, a, b) => Expr::Cons(push(ts, tag)?, t(self, a), t(self, b)),
+                Expr::Letrec(bs, body) => {
+                    let mut nbs = Vec::with_capacity(bs.len());
+                    for (v, l) in bs.iter() {
+                        nbs.push((tag_var(*v, tag)?, t(self, *l)));
+                    }
+                    Expr::Letrec(nbs.into(), t(self, body))
+                }
+                Expr::Let(p, a, b, sp) => {
+                    Expr::Let(Rc::new(tag_pattern(&p, tag)?), t(self, a), t(self, b), sp)
+                }
+                Expr::If(c, a, b) => Expr::If(t(self, c), t(self, a), t(self, b)),
+            };
+            let id = self.mk(new);
+            self.transformed.insert((x, tag), id);
+            self.origin.entry(id).or_insert((tag, x));
+        }
+        Ok(self.transformed[&(e, tag)])
+    }
+
+    /// The transform that produced `e`, if any: its tag and the original expression.
+    pub fn origin_of(&self, e: ExprId) -> Option<&(Tag, ExprId)> {
+        self.origin.get(&e)
+    }
+
+    /// If `e` is the `tag`-transform of some expression, that expression.
+    pub fn untransform(&self, e: ExprId, tag: Tag) -> Option<ExprId> {
+        match self.origin.get(&e) {
+            Some((t, orig)) if *t == tag => Some(*orig),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Datum, Span};
+
+    #[test]
+    fn transform_is_memoised_and_invertible() {
+        let mut a = Arena::new();
+        let x = a.fresh_var("x");
+        let vx = a.mk(Expr::Var(x));
+        let one = a.mk(Expr::Const(Datum::Real(1.0), Tags::EMPTY));
+        let c = a.mk(Expr::Cons(Tags::EMPTY, vx, one));
+        let lam = a.mk(Expr::Lambda(Rc::new(Pattern::Var(x)), c, Span::NONE));
+        let f = a.transform(lam, Tag::Forward).unwrap();
+        assert_eq!(a.transform(lam, Tag::Forward).unwrap(), f);
+        assert_ne!(f, lam);
+        assert_eq!(a.untransform(f, Tag::Forward), Some(lam));
+        assert_eq!(a.untransform(f, Tag::Perturbation), None);
+        let Expr::Lambda(p, body, _) = a.get(f).clone() else {
+            panic!("not a lambda")
+        };
+        let fx = Var {
+            id: x.id,
+            tags: Tags::EMPTY.push(Tag::Forward).unwrap(),
+        };
+        assert_eq!(*p, Pattern::Var(fx));
+        let Expr::Cons(ts, _, k) = a.get(body).clone() else {
+            panic!("not a cons")
+        };
+        assert_eq!(ts.top(), Some(Tag::Forward));
+        assert_eq!(
+            a.get(k),
+            &Expr::Const(Datum::Real(1.0), Tags::EMPTY.push(Tag::Forward).unwrap())
+        );
+    }
+
+    #[test]
+    fn free_variable_order_survives_transform() {
+        let mut a = Arena::new();
+        let x = a.fresh_var("x");
+        let y = a.fresh_var("y");
+        let z = a.fresh_var("z");
+        let (vx, vy) = (a.mk(Expr::Var(x)), a.mk(Expr::Var(y)));
+        let app = a.mk(Expr::App(vy, vx, Span::NONE));
+        let lam = a.mk(Expr::Lambda(Rc::new(Pattern::Var(z)), app, Span::NONE));
+        let f = a.transform(lam, Tag::Perturbation).unwrap();
+        let orig: Vec<u32> = a.free_vars(lam).iter().map(|v| v.id).collect();
+        let tr: Vec<u32> = a.free_vars(f).iter().map(|v| v.id).collect();
+        assert_eq!(orig, tr);
+    }
+}

@@ -1,0 +1,428 @@
+//! The abstract machine: an eval/apply loop over compiled nodes with an explicit continuation
+//! stack and a value stack of frames.
+//!
+//! Proper tail calls: a call whose continuation is "return from this frame" (the top of the
+//! continuation stack is a `Frame`) reuses the frame instead of pushing another, so a loop
+//! written as tail recursion runs in constant space. Non-tail recursion grows only the heap
+//! vectors, never the native stack.
+
+use crate::code::{Capture, Node, NodeId, PatCode};
+use crate::value::{Closure, Env, Value};
+use crate::{EvalError, Evaluator};
+use std::rc::Rc;
+use vlad_core::{Datum, Expr, ExprId, Pattern, Prim, Span, Tags};
+
+enum Kont {
+    /// The function is evaluated; evaluate the argument next.
+    AppArg {
+        a: NodeId,
+        span: Span,
+    },
+    /// Both evaluated: apply `f` to the returned argument.
+    AppCall {
+        f: Value,
+        span: Span,
+    },
+    Prim2A {
+        p: Prim,
+        b: NodeId,
+        span: Span,
+    },
+    Prim2B {
+        p: Prim,
+        a: Value,
+        span: Span,
+    },
+    ConsB {
+        b: NodeId,
+        tags: Tags,
+    },
+    ConsMake {
+        a: Value,
+        tags: Tags,
+    },
+    Let {
+        pat: u32,
+        body: NodeId,
+        span: Span,
+    },
+    If {
+        a: NodeId,
+        b: NodeId,
+    },
+    /// Return from a procedure: restore the caller's frame and closure.
+    Frame {
+        fp: usize,
+        clo: Rc<Closure>,
+    },
+}
+
+pub(crate) enum Mode {
+    Eval(NodeId),
+    Ret(Value),
+}
+
+pub(crate) struct State {
+    stack: Vec<Value>,
+    fp: usize,
+    clo: Rc<Closure>,
+    konts: Vec<Kont>,
+}
+
+impl Evaluator {
+    /// Runs a closed expression: it becomes the body of a procedure of no arguments.
+    pub(crate) fn run_closed(&mut self, e: ExprId) -> Result<Value, EvalError> {
+        let lam = self.arena.mk(Expr::Lambda(
+            Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY)),
+            e,
+            Span::NONE,
+        ));
+        let g = self.group(&[], &[lam])?;
+        let clo = Rc::new(Closure {
+            group: self.code.groups[g as usize].clone(),
+            index: 0,
+            env: Rc::new(Env(vec![])),
+        });
+        self.call(Value::Closure(clo), Value::Nil, Span::NONE)
+    }
+
+    /// Applies a procedure to an argument and runs to completion (a fresh machine).
+    pub fn call(&mut self, f: Value, arg: Value, span: Span) -> Result<Value, EvalError> {
+        let Value::Closure(c) = &f else {
+            return self.apply_prim_direct(f, arg, span);
+        };
+        let mut st = State {
+            stack: Vec::new(),
+            fp: 0,
+            clo: c.clone(),
+            konts: Vec::new(),
+        };
+        let m = &c.group.members[c.index as usize];
+        st.stack.resize(m.frame as usize, Value::Nil);
+        self.bind(&mut st, m.pat, arg, span)?;
+        let body = m.body;
+        self.run(&mut st, Mode::Eval(body))
+    }
+
+    fn apply_prim_direct(&mut self, f: Value, arg: Value, span: Span) -> Result<Value, EvalError> {
+        // A primitive that calls back into VLAD (if-procedure) needs a machine too.
+        let dummy = self.run_closed_dummy()?;
+        let mut st = State {
+            stack: Vec::new(),
+            fp: 0,
+            clo: dummy,
+            konts: Vec::new(),
+        };
+        let mode = self.apply(&mut st, f, arg, span)?;
+        self.run(&mut st, mode)
+    }
+
+    fn run_closed_dummy(&mut self) -> Result<Rc<Closure>, EvalError> {
+        let body = self.arena.mk(Expr::Const(Datum::Nil, Tags::EMPTY));
+        let lam = self.arena.mk(Expr::Lambda(
+            Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY)),
+            body,
+            Span::NONE,
+        ));
+        let g = self.group(&[], &[lam])?;
+        Ok(Rc::new(Closure {
+            group: self.code.groups[g as usize].clone(),
+            index: 0,
+            env: Rc::new(Env(vec![])),
+        }))
+    }
+
+    #[inline]
+    fn simple(&self, n: NodeId, st: &State) -> Option<Value> {
+        match self.code.nodes[n as usize] {
+            Node::Local(s) => Some(st.stack[st.fp + s as usize].clone()),
+            Node::Free(i) => Some(st.clo.env.0[i as usize].clone()),
+            Node::Const(c) => Some(self.code.consts[c as usize].clone()),
+            Node::Sibling(k) => Some(Self::sibling(st, k)),
+            // Pure and cheap: arithmetic on reals and pairs of simple operands are evaluated
+            // here, without continuations. Anything else (including a type error) takes the
+            // general path, which re-evaluates these effect-free operands.
+            Node::Prim2 { p, a, b, .. } => match (self.simple(a, st)?, self.simple(b, st)?) {
+                (Value::Real(x), Value::Real(y)) => Some(if p.is_comparison() {
+                    Value::Bool(crate::prims::compare(p, x, y))
+                } else {
+                    Value::Real(crate::prims::arith(p, x, y))
+                }),
+                _ => None,
+            },
+            Node::Cons { tags, a, b } => {
+                Some(Value::pair(tags, self.simple(a, st)?, self.simple(b, st)?))
+            }
+            _ => None,
+        }
+    }
+
+    fn sibling(st: &State, k: u32) -> Value {
+        if st.clo.index == k {
+            Value::Closure(st.clo.clone())
+        } else {
+            Value::Closure(Rc::new(Closure {
+                group: st.clo.group.clone(),
+                index: k,
+                env: st.clo.env.clone(),
+            }))
+        }
+    }
+
+    fn capture(&self, st: &State, caps: u32) -> Rc<Env> {
+        let caps = &self.code.caps[caps as usize];
+        Rc::new(Env(caps
+            .iter()
+            .map(|c| match *c {
+                Capture::Local(s) => st.stack[st.fp + s as usize].clone(),
+                Capture::Free(i) => st.clo.env.0[i as usize].clone(),
+                Capture::Sibling(k) => Self::sibling(st, k),
+            })
+            .collect()))
+    }
+
+    fn run(&mut self, st: &mut State, mut mode: Mode) -> Result<Value, EvalError> {
+        loop {
+            self.steps += 1;
+            if let Some(max) = self.max_steps {
+                if self.steps > max {
+                    return Err(EvalError::new(
+                        Span::NONE,
+                        format!("step budget of {max} exhausted"),
+                    ));
+                }
+            }
+            mode = match mode {
+                Mode::Eval(n) => match self.code.nodes[n as usize] {
+                    Node::Local(s) => Mode::Ret(st.stack[st.fp + s as usize].clone()),
+                    Node::Free(i) => Mode::Ret(st.clo.env.0[i as usize].clone()),
+                    Node::Sibling(k) => Mode::Ret(Self::sibling(st, k)),
+                    Node::Const(c) => Mode::Ret(self.code.consts[c as usize].clone()),
+                    Node::Lambda { group, caps } => {
+                        let env = self.capture(st, caps);
+                        let group = self.code.groups[group as usize].clone();
+                        Mode::Ret(Value::Closure(Rc::new(Closure {
+                            group,
+                            index: 0,
+                            env,
+                        })))
+                    }
+                    Node::App { f, a, span } => match self.simple(f, st) {
+                        Some(fv) => match self.simple(a, st) {
+                            Some(av) => self.apply(st, fv, av, span)?,
+                            None => {
+                                st.konts.push(Kont::AppCall { f: fv, span });
+                                Mode::Eval(a)
+                            }
+                        },
+                        None => {
+                            st.konts.push(Kont::AppArg { a, span });
+                            Mode::Eval(f)
+                        }
+                    },
+                    Node::Prim2 { p, a, b, span } => match self.simple(a, st) {
+                        Some(x) => match self.simple(b, st) {
+                            Some(y) => self.prim2(st, p, x, y, span)?,
+                            None => {
+                                st.konts.push(Kont::Prim2B { p, a: x, span });
+                                Mode::Eval(b)
+                            }
+                        },
+                        None => {
+                            st.konts.push(Kont::Prim2A { p, b, span });
+                            Mode::Eval(a)
+                        }
+                    },
+                    Node::Cons { tags, a, b } => match (self.simple(a, st), self.simple(b, st)) {
+                        (Some(x), Some(y)) => Mode::Ret(Value::pair(tags, x, y)),
+                        _ => {
+                            st.konts.push(Kont::ConsB { b, tags });
+                            Mode::Eval(a)
+                        }
+                    },
+                    Node::Let { pat, e, body, span } => match self.simple(e, st) {
+                        Some(v) => {
+                            self.bind(st, pat, v, span)?;
+                            Mode::Eval(body)
+                        }
+                        None => {
+                            st.konts.push(Kont::Let { pat, body, span });
+                            Mode::Eval(e)
+                        }
+                    },
+                    Node::Letrec {
+                        group,
+                        caps,
+                        first,
+                        body,
+                    } => {
+                        let env = self.capture(st, caps);
+                        let g = self.code.groups[group as usize].clone();
+                        for k in 0..g.names.len() {
+                            let c = Closure {
+                                group: g.clone(),
+                                index: k as u32,
+                                env: env.clone(),
+                            };
+                            st.stack[st.fp + first as usize + k] = Value::Closure(Rc::new(c));
+                        }
+                        Mode::Eval(body)
+                    }
+                    Node::If { c, a, b } => match self.simple(c, st) {
+                        Some(v) => Mode::Eval(if v.is_true() { a } else { b }),
+                        None => {
+                            st.konts.push(Kont::If { a, b });
+                            Mode::Eval(c)
+                        }
+                    },
+                },
+                Mode::Ret(v) => match st.konts.pop() {
+                    None => return Ok(v),
+                    Some(k) => match k {
+                        Kont::AppArg { a, span } => match self.simple(a, st) {
+                            Some(av) => self.apply(st, v, av, span)?,
+                            None => {
+                                st.konts.push(Kont::AppCall { f: v, span });
+                                Mode::Eval(a)
+                            }
+                        },
+                        Kont::AppCall { f, span } => self.apply(st, f, v, span)?,
+                        Kont::Prim2A { p, b, span } => match self.simple(b, st) {
+                            Some(y) => self.prim2(st, p, v, y, span)?,
+                            None => {
+                                st.konts.push(Kont::Prim2B { p, a: v, span });
+                                Mode::Eval(b)
+                            }
+                        },
+                        Kont::Prim2B { p, a, span } => self.prim2(st, p, a, v, span)?,
+                        Kont::ConsB { b, tags } => match self.simple(b, st) {
+                            Some(y) => Mode::Ret(Value::pair(tags, v, y)),
+                            None => {
+                                st.konts.push(Kont::ConsMake { a: v, tags });
+                                Mode::Eval(b)
+                            }
+                        },
+                        Kont::ConsMake { a, tags } => Mode::Ret(Value::pair(tags, a, v)),
+                        Kont::Let { pat, body, span } => {
+                            self.bind(st, pat, v, span)?;
+                            Mode::Eval(body)
+                        }
+                        Kont::If { a, b } => Mode::Eval(if v.is_true() { a } else { b }),
+                        Kont::Frame { fp, clo } => {
+                            st.stack.truncate(st.fp);
+                            st.fp = fp;
+                            st.clo = clo;
+                            Mode::Ret(v)
+                        }
+                    },
+                },
+            };
+        }
+    }
+
+    /// A binary primitive on two operands; reals take the fast path.
+    #[inline]
+    fn prim2(
+        &mut self,
+        st: &mut State,
+        p: Prim,
+        x: Value,
+        y: Value,
+        span: Span,
+    ) -> Result<Mode, EvalError> {
+        if let (Value::Real(a), Value::Real(b)) = (&x, &y) {
+            return Ok(Mode::Ret(if p.is_comparison() {
+                Value::Bool(crate::prims::compare(p, *a, *b))
+            } else {
+                Value::Real(crate::prims::arith(p, *a, *b))
+            }));
+        }
+        self.apply(st, Value::Prim(p), Value::pair(Tags::EMPTY, x, y), span)
+    }
+
+    /// Applies `f` to `arg` inside the running machine (tail position if the continuation is a
+    /// return).
+    pub(crate) fn apply(
+        &mut self,
+        st: &mut State,
+        f: Value,
+        arg: Value,
+        span: Span,
+    ) -> Result<Mode, EvalError> {
+        match f {
+            Value::Closure(c) => {
+                let g = c.group.clone();
+                let m = &g.members[c.index as usize];
+                if matches!(st.konts.last(), Some(Kont::Frame { .. })) {
+                    st.stack.truncate(st.fp);
+                    st.clo = c;
+                } else {
+                    let caller = std::mem::replace(&mut st.clo, c);
+                    st.konts.push(Kont::Frame {
+                        fp: st.fp,
+                        clo: caller,
+                    });
+                    st.fp = st.stack.len();
+                }
+                st.stack.resize(st.fp + m.frame as usize, Value::Nil);
+                self.bind(st, m.pat, arg, span)?;
+                Ok(Mode::Eval(m.body))
+            }
+            Value::Prim(p) => match self.apply_prim(p, arg, span)? {
+                crate::prims::Outcome::Value(v) => Ok(Mode::Ret(v)),
+                crate::prims::Outcome::TailCall(f, a) => self.apply(st, f, a, span),
+            },
+            other => Err(EvalError::new(
+                span,
+                format!("cannot apply {}: it is not a procedure", other.describe()),
+            )),
+        }
+    }
+
+    fn bind(&self, st: &mut State, pat: u32, v: Value, span: Span) -> Result<(), EvalError> {
+        let frame = &mut st.stack[st.fp..];
+        match &self.code.pats[pat as usize] {
+            PatCode::Bind(s) => {
+                frame[*s as usize] = v;
+                Ok(())
+            }
+            p => bind_pattern(p, v, frame).map_err(|m| EvalError::new(span, m)),
+        }
+    }
+}
+
+fn bind_pattern(p: &PatCode, v: Value, frame: &mut [Value]) -> Result<(), String> {
+    match p {
+        PatCode::Bind(s) => {
+            frame[*s as usize] = v;
+            Ok(())
+        }
+        PatCode::Const(c) => {
+            if crate::ad::equal_data(c, &v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pattern mismatch: expected {}, got {}",
+                    crate::print::to_string(c),
+                    v.describe()
+                ))
+            }
+        }
+        PatCode::Cons(tags, a, b) => match &v {
+            Value::Pair(pair) if pair.tags == *tags => {
+                bind_pattern(a, pair.car.clone(), frame)?;
+                bind_pattern(b, pair.cdr.clone(), frame)
+            }
+            _ => {
+                let what = match tags.top() {
+                    None => "a pair".to_string(),
+                    Some(t) => format!("a {} pair", t.name()),
+                };
+                Err(format!(
+                    "pattern mismatch: expected {what}, got {}",
+                    v.describe()
+                ))
+            }
+        },
+    }
+}

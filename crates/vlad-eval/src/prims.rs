@@ -1,0 +1,148 @@
+//! The primitives: arithmetic, comparisons, predicates, I/O, and dispatch of the AD operators to
+//! `ad`. Primitives take one argument like every procedure: binary ones a pair.
+//!
+//! Base primitives work on untagged data only. Arithmetic on AD values happens in transformed
+//! code, where a primitive reference is lifted to its forward or reverse version (`ad`).
+
+use crate::value::Value;
+use crate::{EvalError, Evaluator};
+use vlad_core::{Prim, Span, Tag};
+
+/// What applying a primitive produced: a value, or a procedure to call in its place (so
+/// `if-procedure` keeps tail calls proper).
+pub enum Outcome {
+    Value(Value),
+    TailCall(Value, Value),
+}
+
+/// The two components of an untagged pair.
+pub(crate) fn two(arg: &Value) -> Option<(&Value, &Value)> {
+    match arg {
+        Value::Pair(p) if p.tags.is_empty() => Some((&p.car, &p.cdr)),
+        _ => None,
+    }
+}
+
+fn real(v: &Value) -> Option<f64> {
+    match v {
+        Value::Real(r) => Some(*r),
+        _ => None,
+    }
+}
+
+fn two_reals(p: Prim, arg: &Value) -> Result<(f64, f64), String> {
+    if let Some((a, b)) = two(arg) {
+        if let (Some(x), Some(y)) = (real(a), real(b)) {
+            return Ok((x, y));
+        }
+        return Err(format!(
+            "`{}` takes two reals, got {} and {}",
+            p.name(),
+            a.describe(),
+            b.describe()
+        ));
+    }
+    Err(format!(
+        "`{}` takes two reals, got {}",
+        p.name(),
+        arg.describe()
+    ))
+}
+
+fn one_real(p: Prim, arg: &Value) -> Result<f64, String> {
+    real(arg).ok_or_else(|| format!("`{}` takes a real, got {}", p.name(), arg.describe()))
+}
+
+/// The base (untagged) real function of a unary or binary arithmetic primitive.
+pub fn arith(p: Prim, x: f64, y: f64) -> f64 {
+    match p {
+        Prim::Add => x + y,
+        Prim::Sub => x - y,
+        Prim::Mul => x * y,
+        Prim::Div => x / y,
+        Prim::Atan => x.atan2(y),
+        Prim::Sqrt => x.sqrt(),
+        Prim::Exp => x.exp(),
+        Prim::Log => x.ln(),
+        Prim::Sin => x.sin(),
+        Prim::Cos => x.cos(),
+        _ => unreachable!("not arithmetic"),
+    }
+}
+
+pub fn compare(p: Prim, x: f64, y: f64) -> bool {
+    match p {
+        Prim::Eq => x == y,
+        Prim::Lt => x < y,
+        Prim::Gt => x > y,
+        Prim::Le => x <= y,
+        Prim::Ge => x >= y,
+        _ => unreachable!("not a comparison"),
+    }
+}
+
+fn top_tag_is(v: &Value, tag: Tag) -> bool {
+    v.tags().top() == Some(tag)
+}
+
+impl Evaluator {
+    pub(crate) fn apply_prim(
+        &mut self,
+        p: Prim,
+        arg: Value,
+        span: Span,
+    ) -> Result<Outcome, EvalError> {
+        let e = |m: String| EvalError::new(span, m);
+        let v = match p {
+            _ if p.is_binary_real() => {
+                let (x, y) = two_reals(p, &arg).map_err(e)?;
+                Value::Real(arith(p, x, y))
+            }
+            _ if p.is_unary_real() => Value::Real(arith(p, one_real(p, &arg).map_err(e)?, 0.0)),
+            _ if p.is_comparison() => {
+                let (x, y) = two_reals(p, &arg).map_err(e)?;
+                Value::Bool(compare(p, x, y))
+            }
+            Prim::IsZero => Value::Bool(one_real(p, &arg).map_err(e)? == 0.0),
+            Prim::IsPositive => Value::Bool(one_real(p, &arg).map_err(e)? > 0.0),
+            Prim::IsNegative => Value::Bool(one_real(p, &arg).map_err(e)? < 0.0),
+            Prim::IsNull => Value::Bool(matches!(arg, Value::Nil)),
+            Prim::IsBoolean => Value::Bool(matches!(arg, Value::Bool(_))),
+            Prim::IsReal => Value::Bool(matches!(arg, Value::Real(_))),
+            Prim::IsPair => Value::Bool(matches!(&arg, Value::Pair(p) if p.tags.is_empty())),
+            Prim::IsProcedure => Value::Bool(arg.is_procedure()),
+            Prim::IsPerturbation => Value::Bool(top_tag_is(&arg, Tag::Perturbation)),
+            Prim::IsForward => Value::Bool(top_tag_is(&arg, Tag::Forward)),
+            Prim::IsSensitivity => Value::Bool(top_tag_is(&arg, Tag::Sensitivity)),
+            Prim::IsReverse => Value::Bool(top_tag_is(&arg, Tag::Reverse)),
+            Prim::IfProcedure => {
+                let parts = two(&arg).and_then(|(c, rest)| two(rest).map(|(t, f)| (c, t, f)));
+                let Some((c, t, f)) = parts else {
+                    return Err(e(format!(
+                        "`if-procedure` takes a condition and two procedures, got {}",
+                        arg.describe()
+                    )));
+                };
+                let chosen = if c.is_true() { t.clone() } else { f.clone() };
+                return Ok(Outcome::TailCall(chosen, Value::Nil));
+            }
+            Prim::ReadReal => {
+                self.output.flush();
+                Value::Real(self.input.next_real().map_err(e)?)
+            }
+            Prim::Real => Value::Real(one_real(p, &arg).map_err(e)?),
+            Prim::WriteReal => {
+                let x = one_real(p, &arg).map_err(e)?;
+                self.output.line(&vlad_syntax::number::format_real(x));
+                arg
+            }
+            Prim::Write => {
+                let s = crate::print::to_string(&arg);
+                self.output.line(&s);
+                arg
+            }
+            _ => return self.apply_ad_prim(p, arg, span).map(Outcome::Value),
+        };
+        Ok(Outcome::Value(v))
+    }
+}
