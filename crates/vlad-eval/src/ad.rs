@@ -1,11 +1,103 @@
-//! First-class AD operators on values (placeholder until forward mode lands).
+//! First-class AD operators on values (paper 001 §4.1 for forward mode).
+//!
+//! Every operator is a structural map over values. Scalars (reals, `()`, booleans, primitives,
+//! and values already tagged) are wrapped; pairs carry the tag on the pair and map their
+//! components; closures get a group of lambdas transformed by the Core -> Core tag transform
+//! (`vlad_core::transform`) and an environment mapped slot by slot. A primitive is bundled into
+//! its *forward version*, a closure over a lambda of the prelude below, written in VLAD; `primal`
+//! and `tangent` turn such a closure back into the primitive.
+//!
+//! The maps are memoised on shared structure (a pair or closure reached twice is mapped once), so
+//! an exponentially large tree with linear-size sharing costs linear time (paper 003 §4).
 
-use crate::value::Value;
+use crate::code::Group;
+use crate::value::{Closure, Env, Value};
 use crate::{EvalError, Evaluator};
-use vlad_core::{Prim, Span, Tag, Tags};
+use std::collections::HashMap;
+use std::rc::Rc;
+use vlad_core::{Prim, Span, Tag, Tags, Var};
 
-/// The transformed versions of primitives, written in VLAD.
-pub struct Prelude;
+/// The forward versions of the primitives, in VLAD. Each takes the forward-tagged argument `x`.
+/// Tangent rules are those of the issue (the order of operations fixes the last bits); the
+/// rearranging operators follow `((j* f) x) = (bundle (f (primal x)) (f (tangent x)))`.
+const FORWARD_PRELUDE: &str = r#"
+(define + (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
+  (bundle (+ x1 x2) (perturb (+ d1 d2))))))
+(define - (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
+  (bundle (- x1 x2) (perturb (- d1 d2))))))
+(define * (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
+  (bundle (* x1 x2) (perturb (+ (* x2 d1) (* x1 d2)))))))
+(define / (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
+  (bundle (/ x1 x2) (perturb (/ (- (* x2 d1) (* x1 d2)) (* x2 x2)))))))
+(define atan (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
+  (bundle (atan x1 x2) (perturb (/ (- (* x2 d1) (* x1 d2)) (+ (* x1 x1) (* x2 x2))))))))
+(define sqrt (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
+  (let ((y (sqrt p))) (bundle y (perturb (/ d (+ y y))))))))
+(define exp (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
+  (let ((y (exp p))) (bundle y (perturb (* y d)))))))
+(define log (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
+  (bundle (log p) (perturb (/ d p))))))
+(define sin (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
+  (bundle (sin p) (perturb (* (cos p) d))))))
+(define cos (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
+  (bundle (cos p) (perturb (- 0 (* (sin p) d)))))))
+(define real (lambda (x) (bundle (real (primal x)) (tangent x))))
+(define write-real (lambda (x) (let ((p (write-real (primal x)))) x)))
+(define write (lambda (x) (let ((p (write (primal x)))) x)))
+(define read-real (lambda (x) (let ((r (read-real))) (bundle r (perturb 0)))))
+"#;
+
+/// Primitives whose forward version is `j*` of the primitive applied to the primal: the
+/// comparisons and predicates, which see only the primal and give no tangent.
+const PRIMAL_ONLY: &[Prim] = &[
+    Prim::Eq,
+    Prim::Lt,
+    Prim::Gt,
+    Prim::Le,
+    Prim::Ge,
+    Prim::IsZero,
+    Prim::IsPositive,
+    Prim::IsNegative,
+    Prim::IsNull,
+    Prim::IsBoolean,
+    Prim::IsReal,
+    Prim::IsPair,
+    Prim::IsProcedure,
+    Prim::IsPerturbation,
+    Prim::IsForward,
+    Prim::IsSensitivity,
+    Prim::IsReverse,
+];
+
+/// The AD operators, which only rearrange data: their forward version applies them to the primal
+/// and to the tangent.
+const REARRANGING: &[Prim] = &[
+    Prim::Zero,
+    Prim::Perturb,
+    Prim::Unperturb,
+    Prim::Primal,
+    Prim::Tangent,
+    Prim::Bundle,
+    Prim::Sensitize,
+    Prim::Unsensitize,
+    Prim::Plus,
+    Prim::StarJ,
+    Prim::StarJInverse,
+];
+
+/// Memo of one structural map, keyed by the address of shared structure.
+#[derive(Default)]
+struct Memo(HashMap<(usize, usize), Value>);
+
+fn addr(v: &Value) -> Option<usize> {
+    match v {
+        Value::Pair(p) => Some(Rc::as_ptr(p) as *const () as usize),
+        Value::Closure(c) => Some(Rc::as_ptr(c) as *const () as usize),
+        Value::Bundle(b) => Some(Rc::as_ptr(b) as *const () as usize),
+        Value::Tagged(t) => Some(Rc::as_ptr(t) as *const () as usize),
+        _ => None,
+    }
+}
 
 /// Structural equality of first-order data (constant patterns).
 pub fn equal_data(a: &Value, b: &Value) -> bool {
@@ -24,31 +116,467 @@ pub fn equal_data(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// For printing: the primal and tangent of a forward-tagged pair, one level deep (closures are
+/// printed opaquely, so they are passed through unchanged).
 pub(crate) fn split_forward_shallow(v: &Value) -> (Value, Value) {
-    (v.clone(), v.clone())
+    match v {
+        Value::Bundle(b) => (b.primal.clone(), b.tangent.clone()),
+        Value::Pair(p) if p.tags.top() == Some(Tag::Forward) => {
+            let (a1, a2) = split_forward_shallow(&p.car);
+            let (d1, d2) = split_forward_shallow(&p.cdr);
+            let rest = p.tags.pop();
+            let pert = rest.push(Tag::Perturbation).unwrap_or(rest);
+            (Value::pair(rest, a1, d1), Value::pair(pert, a2, d2))
+        }
+        _ => (v.clone(), v.clone()),
+    }
 }
 
-pub(crate) fn untag_shallow(v: &Value, _tag: Tag) -> Value {
-    v.clone()
+/// For printing: a value with its outermost `tag` removed, one level deep.
+pub(crate) fn untag_shallow(v: &Value, tag: Tag) -> Value {
+    match v {
+        Value::Tagged(t) if t.tag == tag => t.value.clone(),
+        Value::Pair(p) if p.tags.top() == Some(tag) => {
+            Value::pair(p.tags.pop(), untag_shallow(&p.car, tag), untag_shallow(&p.cdr, tag))
+        }
+        _ => v.clone(),
+    }
+}
+
+fn shape_error(span: Span, op: &str, a: &Value, b: &Value) -> EvalError {
+    EvalError::new(
+        span,
+        format!("{op}: the values do not have the same shape: {} and {}", a.describe(), b.describe()),
+    )
+}
+
+/// The prelude's compiled forward versions of primitives.
+pub struct Prelude {
+    forward: HashMap<Prim, Value>,
 }
 
 impl Evaluator {
-    pub(crate) fn lift(&mut self, v: Value, tags: Tags, span: Span) -> Result<Value, EvalError> {
-        if tags.is_empty() {
-            return Ok(v);
-        }
-        Err(EvalError::new(span, "AD is not implemented yet"))
+    fn err<T>(&self, span: Span, m: impl Into<String>) -> Result<T, EvalError> {
+        Err(EvalError::new(span, m))
     }
 
-    pub(crate) fn apply_ad_prim(
-        &mut self,
-        p: Prim,
-        _arg: Value,
-        span: Span,
-    ) -> Result<Value, EvalError> {
-        Err(EvalError::new(
-            span,
-            format!("`{}` is not implemented yet", p.name()),
-        ))
+    /// Lifts a constant or primitive in transformed code through its tags (innermost first):
+    /// `forward` by `j*`, the others by tagging.
+    pub(crate) fn lift(&mut self, v: Value, tags: Tags, span: Span) -> Result<Value, EvalError> {
+        let mut v = v;
+        let ts: Vec<Tag> = tags.iter().collect();
+        for tag in ts.into_iter().rev() {
+            v = match tag {
+                Tag::Forward => {
+                    let z = self.zero(&v, span)?;
+                    let t = self.tag_value(&z, Tag::Perturbation, span)?;
+                    self.bundle(&v, &t, span)?
+                }
+                other => self.tag_value(&v, other, span)?,
+            };
+        }
+        Ok(v)
+    }
+
+    fn prelude(&mut self) -> Result<Rc<Prelude>, EvalError> {
+        if let Some(p) = &self.prelude {
+            return Ok(p.clone());
+        }
+        let mut forward = HashMap::new();
+        let mut sources = vlad_syntax::SourceMap::new();
+        let path = std::path::Path::new("<forward prelude>");
+        let mut text = FORWARD_PRELUDE.to_string();
+        for p in PRIMAL_ONLY {
+            let call = if p.is_comparison() { "(let (((cons a b) (primal x))) (NAME a b))" } else { "(NAME (primal x))" };
+            let call = call.replace("NAME", p.name());
+            text.push_str(&format!("(define {} (lambda (x) (let ((r {call})) (bundle r (perturb (zero r))))))\n", p.name()));
+        }
+        for p in REARRANGING {
+            text.push_str(&format!(
+                "(define {n} (lambda (x) (bundle ({n} (primal x)) (perturb ({n} (unperturb (tangent x)))))))\n",
+                n = p.name()
+            ));
+        }
+        // if-procedure only rearranges and calls; its forward version is the forward transform of
+        // its definition in VLAD.
+        text.push_str("(define if-procedure-base (lambda ((cons c (cons t e))) (if c (t) (e))))\n");
+        let forms = vlad_syntax::program::load_str(&mut sources, path, &text, &[])
+            .map_err(|d| EvalError::new(Span::NONE, format!("internal error in the prelude: {}", d.message)))?;
+        // Each definition is expanded on its own so that names inside refer to primitives.
+        for f in forms {
+            let vlad_syntax::program::TopForm::Define(d) = f else { continue };
+            let items = d.list().expect("define");
+            let name = items[1].symbol().map(String::from).unwrap_or_default();
+            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
+            let (_, _, lam) = ex.define(items, d.span).map_err(|d| {
+                EvalError::new(Span::NONE, format!("internal error in the prelude: {}", d.message))
+            })?;
+            let (lam, prim) = if name == "if-procedure-base" {
+                (self.arena.transform(lam, Tag::Forward).expect("shallow"), Prim::IfProcedure)
+            } else {
+                (lam, Prim::from_name(&name).expect("a primitive"))
+            };
+            let g = self.group(&[], &[lam])?;
+            let group = self.code.groups[g as usize].clone();
+            self.prim_versions.insert(lam, (Tag::Forward, prim));
+            let clo = Value::Closure(Rc::new(Closure { group, index: 0, env: Rc::new(Env(vec![])) }));
+            forward.insert(prim, clo);
+        }
+        let p = Rc::new(Prelude { forward });
+        self.prelude = Some(p.clone());
+        Ok(p)
+    }
+
+    /// If `c` is the `tag` version of a primitive, that primitive.
+    fn prim_version(&self, c: &Closure, tag: Tag) -> Option<Prim> {
+        match self.prim_versions.get(&c.group.lambdas[0]) {
+            Some((t, p)) if *t == tag && c.group.lambdas.len() == 1 => Some(*p),
+            _ => None,
+        }
+    }
+
+    /// The group whose code is `g`'s transformed by `tag`.
+    fn transform_group(&mut self, g: &Group, tag: Tag, span: Span) -> Result<Rc<Group>, EvalError> {
+        let mut lambdas = Vec::with_capacity(g.lambdas.len());
+        for l in &g.lambdas {
+            lambdas.push(self.arena.transform(*l, tag).map_err(|e| EvalError::new(span, e.to_string()))?);
+        }
+        let names: Vec<Var> = g
+            .names
+            .iter()
+            .map(|v| Var { id: v.id, tags: v.tags.push(tag).expect("checked by transform") })
+            .collect();
+        let id = self.group(&names, &lambdas)?;
+        Ok(self.code.groups[id as usize].clone())
+    }
+
+    /// The group whose code `g`'s is the `tag` transform of, if any.
+    fn untransform_group(&mut self, g: &Group, tag: Tag) -> Result<Option<Rc<Group>>, EvalError> {
+        let mut lambdas = Vec::with_capacity(g.lambdas.len());
+        for l in &g.lambdas {
+            match self.arena.untransform(*l, tag) {
+                Some(o) => lambdas.push(o),
+                None => return Ok(None),
+            }
+        }
+        let names: Vec<Var> = g.names.iter().map(|v| Var { id: v.id, tags: v.tags.pop() }).collect();
+        let id = self.group(&names, &lambdas)?;
+        Ok(Some(self.code.groups[id as usize].clone()))
+    }
+
+    fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
+        Value::Closure(Rc::new(Closure { group, index, env: Rc::new(Env(env)) }))
+    }
+
+    /// `zero`: the same shape with every real 0.
+    pub fn zero(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        self.zero_m(v, span, &mut Memo::default())
+    }
+
+    fn zero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let r = match v {
+            Value::Real(_) => Value::Real(0.0),
+            Value::Nil | Value::Bool(_) | Value::Prim(_) => v.clone(),
+            Value::Pair(p) => {
+                let a = self.zero_m(&p.car, span, memo)?;
+                let d = self.zero_m(&p.cdr, span, memo)?;
+                Value::pair(p.tags, a, d)
+            }
+            Value::Closure(c) => {
+                let env = c.env.0.iter().map(|x| self.zero_m(x, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                Self::closure(c.group.clone(), c.index, env)
+            }
+            Value::Bundle(b) => {
+                let p = self.zero_m(&b.primal, span, memo)?;
+                let t = self.zero_m(&b.tangent, span, memo)?;
+                Value::bundle(p, t)
+            }
+            Value::Tagged(t) => Value::tagged(t.tag, self.zero_m(&t.value, span, memo)?),
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// `perturb` / `sensitize`: tag a value (closures get transformed code).
+    pub fn tag_value(&mut self, v: &Value, tag: Tag, span: Span) -> Result<Value, EvalError> {
+        self.tag_m(v, tag, span, &mut Memo::default())
+    }
+
+    fn tag_m(&mut self, v: &Value, tag: Tag, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        if v.tags().depth() >= vlad_core::tags::MAX_TAG_DEPTH {
+            return self.err(span, vlad_core::transform::TransformError::TooDeep.to_string());
+        }
+        let r = match v {
+            Value::Pair(p) => {
+                let a = self.tag_m(&p.car, tag, span, memo)?;
+                let d = self.tag_m(&p.cdr, tag, span, memo)?;
+                Value::pair(p.tags.push(tag).expect("depth checked"), a, d)
+            }
+            Value::Closure(c) => {
+                let g = self.transform_group(&c.group, tag, span)?;
+                let env = c.env.0.iter().map(|x| self.tag_m(x, tag, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                Self::closure(g, c.index, env)
+            }
+            _ => Value::tagged(tag, v.clone()),
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// `unperturb` / `unsensitize`: remove the outermost `tag`.
+    pub fn untag_value(&mut self, v: &Value, tag: Tag, span: Span) -> Result<Value, EvalError> {
+        self.untag_m(v, tag, span, &mut Memo::default())
+    }
+
+    fn untag_m(&mut self, v: &Value, tag: Tag, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let r = match v {
+            Value::Tagged(t) if t.tag == tag => t.value.clone(),
+            Value::Pair(p) if p.tags.top() == Some(tag) => {
+                let a = self.untag_m(&p.car, tag, span, memo)?;
+                let d = self.untag_m(&p.cdr, tag, span, memo)?;
+                Value::pair(p.tags.pop(), a, d)
+            }
+            Value::Closure(c) if c.group.tags.top() == Some(tag) => {
+                let Some(g) = self.untransform_group(&c.group, tag)? else {
+                    return self.err(span, format!("cannot remove the {} tag of this procedure", tag.name()));
+                };
+                let env = c.env.0.iter().map(|x| self.untag_m(x, tag, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                Self::closure(g, c.index, env)
+            }
+            _ => {
+                let op = match tag {
+                    Tag::Perturbation => "unperturb",
+                    Tag::Sensitivity => "unsensitize",
+                    Tag::Reverse => "*j-inverse",
+                    Tag::Forward => "primal",
+                };
+                return self.err(span, format!("{op}: expected a {} value, got {}", tag.name(), v.describe()));
+            }
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// `bundle`: a forward value from a primal and a perturbation of the same shape.
+    pub fn bundle(&mut self, p: &Value, t: &Value, span: Span) -> Result<Value, EvalError> {
+        self.bundle_m(p, t, span, &mut Memo::default())
+    }
+
+    fn bundle_m(&mut self, p: &Value, t: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = match (addr(p), addr(t)) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        };
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let inner = match t {
+            Value::Tagged(x) if x.tag == Tag::Perturbation => Some(&x.value),
+            _ => None,
+        };
+        let r = match p {
+            Value::Prim(q) => match inner {
+                Some(Value::Prim(q2)) if q2 == q => {
+                    let prelude = self.prelude()?;
+                    match prelude.forward.get(q) {
+                        Some(f) => f.clone(),
+                        None => return self.err(span, format!("`{}` has no forward version", q.name())),
+                    }
+                }
+                _ => return Err(shape_error(span, "bundle", p, t)),
+            },
+            Value::Real(_) | Value::Nil | Value::Bool(_) | Value::Bundle(_) | Value::Tagged(_) => match inner {
+                Some(x) if same_scalar_shape(p, x) => Value::bundle(p.clone(), t.clone()),
+                _ => return Err(shape_error(span, "bundle", p, t)),
+            },
+            Value::Pair(pp) => match t {
+                Value::Pair(tp) if Some(tp.tags) == pp.tags.push(Tag::Perturbation) => {
+                    let a = self.bundle_m(&pp.car, &tp.car, span, memo)?;
+                    let d = self.bundle_m(&pp.cdr, &tp.cdr, span, memo)?;
+                    let tags = pp.tags.push(Tag::Forward).ok_or_else(|| EvalError::new(span, "AD nesting too deep"))?;
+                    Value::pair(tags, a, d)
+                }
+                _ => return Err(shape_error(span, "bundle", p, t)),
+            },
+            Value::Closure(pc) => match t {
+                Value::Closure(tc) if tc.index == pc.index => {
+                    let pg = self.transform_group(&pc.group, Tag::Perturbation, span)?;
+                    if pg.id != tc.group.id {
+                        return Err(shape_error(span, "bundle", p, t));
+                    }
+                    let fg = self.transform_group(&pc.group, Tag::Forward, span)?;
+                    let mut env = Vec::with_capacity(pc.env.0.len());
+                    for (x, y) in pc.env.0.iter().zip(tc.env.0.iter()) {
+                        env.push(self.bundle_m(x, y, span, memo)?);
+                    }
+                    Self::closure(fg, pc.index, env)
+                }
+                _ => return Err(shape_error(span, "bundle", p, t)),
+            },
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// `primal` (`want_tangent == false`) or `tangent` of a forward value.
+    pub fn split_forward(&mut self, v: &Value, want_tangent: bool, span: Span) -> Result<Value, EvalError> {
+        self.split_m(v, want_tangent, span, &mut Memo::default())
+    }
+
+    fn split_m(&mut self, v: &Value, tangent: bool, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let r = match v {
+            Value::Bundle(b) => if tangent { b.tangent.clone() } else { b.primal.clone() },
+            Value::Pair(p) if p.tags.top() == Some(Tag::Forward) => {
+                let a = self.split_m(&p.car, tangent, span, memo)?;
+                let d = self.split_m(&p.cdr, tangent, span, memo)?;
+                let rest = p.tags.pop();
+                let tags = if tangent { rest.push(Tag::Perturbation).expect("same depth") } else { rest };
+                Value::pair(tags, a, d)
+            }
+            Value::Closure(c) if self.prim_version(c, Tag::Forward).is_some() => {
+                let q = Value::Prim(self.prim_version(c, Tag::Forward).expect("checked"));
+                if tangent { Value::tagged(Tag::Perturbation, q) } else { q }
+            }
+            Value::Closure(c) if c.group.tags.top() == Some(Tag::Forward) => {
+                let Some(g) = self.untransform_group(&c.group, Tag::Forward)? else {
+                    return self.err(span, "cannot take this procedure apart");
+                };
+                let g = if tangent { self.transform_group(&g, Tag::Perturbation, span)? } else { g };
+                let env = c.env.0.iter().map(|x| self.split_m(x, tangent, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                Self::closure(g, c.index, env)
+            }
+            _ => {
+                let op = if tangent { "tangent" } else { "primal" };
+                return self.err(span, format!("{op}: expected a forward value, got {}", v.describe()));
+            }
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// `plus`: point-wise sum of two values of the same shape.
+    pub fn plus(&mut self, a: &Value, b: &Value, span: Span) -> Result<Value, EvalError> {
+        self.plus_m(a, b, span, &mut Memo::default())
+    }
+
+    fn plus_m(&mut self, a: &Value, b: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = match (addr(a), addr(b)) {
+            (Some(x), Some(y)) => Some((x, y)),
+            _ => None,
+        };
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let r = match (a, b) {
+            (Value::Real(x), Value::Real(y)) => Value::Real(x + y),
+            (Value::Nil, Value::Nil) => Value::Nil,
+            (Value::Bool(x), Value::Bool(y)) if x == y => a.clone(),
+            (Value::Prim(x), Value::Prim(y)) if x == y => a.clone(),
+            (Value::Pair(p), Value::Pair(q)) if p.tags == q.tags => {
+                let x = self.plus_m(&p.car, &q.car, span, memo)?;
+                let y = self.plus_m(&p.cdr, &q.cdr, span, memo)?;
+                Value::pair(p.tags, x, y)
+            }
+            (Value::Tagged(p), Value::Tagged(q)) if p.tag == q.tag => {
+                Value::tagged(p.tag, self.plus_m(&p.value, &q.value, span, memo)?)
+            }
+            (Value::Bundle(p), Value::Bundle(q)) => {
+                let x = self.plus_m(&p.primal, &q.primal, span, memo)?;
+                let y = self.plus_m(&p.tangent, &q.tangent, span, memo)?;
+                Value::bundle(x, y)
+            }
+            (Value::Closure(p), Value::Closure(q)) if p.group.id == q.group.id && p.index == q.index => {
+                let mut env = Vec::with_capacity(p.env.0.len());
+                for (x, y) in p.env.0.iter().zip(q.env.0.iter()) {
+                    env.push(self.plus_m(x, y, span, memo)?);
+                }
+                Self::closure(p.group.clone(), p.index, env)
+            }
+            _ => return Err(shape_error(span, "plus", a, b)),
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    pub(crate) fn apply_ad_prim(&mut self, p: Prim, arg: Value, span: Span) -> Result<Value, EvalError> {
+        let pair = |name: &str| -> Result<(Value, Value), EvalError> {
+            match crate::prims::two(&arg) {
+                Some((a, b)) => Ok((a.clone(), b.clone())),
+                None => Err(EvalError::new(span, format!("`{name}` takes two arguments, got {}", arg.describe()))),
+            }
+        };
+        match p {
+            Prim::Zero => self.zero(&arg, span),
+            Prim::Perturb => self.tag_value(&arg, Tag::Perturbation, span),
+            Prim::Unperturb => self.untag_value(&arg, Tag::Perturbation, span),
+            Prim::Sensitize => self.tag_value(&arg, Tag::Sensitivity, span),
+            Prim::Unsensitize => self.untag_value(&arg, Tag::Sensitivity, span),
+            Prim::Primal => self.split_forward(&arg, false, span),
+            Prim::Tangent => self.split_forward(&arg, true, span),
+            Prim::Bundle => {
+                let (a, b) = pair("bundle")?;
+                self.bundle(&a, &b, span)
+            }
+            Prim::Plus => {
+                let (a, b) = pair("plus")?;
+                self.plus(&a, &b, span)
+            }
+            _ => self.err(span, format!("`{}` is not implemented yet", p.name())),
+        }
+    }
+}
+
+/// Can `t` (untagged) be the tangent of the scalar `p`? Reals pair with reals; discrete values
+/// with the same kind; tagged scalars with tagged scalars of the same shape.
+fn same_scalar_shape(p: &Value, t: &Value) -> bool {
+    match (p, t) {
+        (Value::Real(_), Value::Real(_)) | (Value::Nil, Value::Nil) => true,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Bundle(x), Value::Bundle(y)) => {
+            same_scalar_shape(&x.primal, &y.primal) && same_scalar_shape(&x.tangent, &y.tangent)
+        }
+        (Value::Tagged(x), Value::Tagged(y)) => x.tag == y.tag && same_scalar_shape(&x.value, &y.value),
+        (Value::Prim(x), Value::Prim(y)) => x == y,
+        _ => false,
     }
 }

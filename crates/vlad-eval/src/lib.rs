@@ -57,7 +57,6 @@ pub struct Evaluator {
     /// Closures standing for AD-transformed primitives (the `forward`/`reverse` versions), by
     /// the lambda of their group: which transform of which primitive they are.
     pub(crate) prim_versions: HashMap<ExprId, (vlad_core::Tag, vlad_core::Prim)>,
-    pub(crate) prim_closures: HashMap<(vlad_core::Tag, vlad_core::Prim), Value>,
     pub(crate) prelude: Option<Rc<ad::Prelude>>,
 }
 
@@ -95,7 +94,6 @@ impl Evaluator {
             max_steps: None,
             steps: 0,
             prim_versions: HashMap::new(),
-            prim_closures: HashMap::new(),
             prelude: None,
         }
     }

@@ -127,6 +127,9 @@ impl Evaluator {
                 return Ok(Outcome::TailCall(chosen, Value::Nil));
             }
             Prim::ReadReal => {
+                if !matches!(arg, Value::Nil) {
+                    return Err(e(format!("`read-real` takes no arguments, got {}", arg.describe())));
+                }
                 self.output.flush();
                 Value::Real(self.input.next_real().map_err(e)?)
             }

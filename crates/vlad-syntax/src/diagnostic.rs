@@ -36,6 +36,11 @@ impl SourceMap {
         (self.files.len() - 1) as u32
     }
 
+    /// `true` if a file with this path was already added.
+    pub fn contains_path(&self, path: &str) -> bool {
+        self.files.iter().any(|f| f.path == path)
+    }
+
     pub fn file(&self, id: u32) -> Option<&SourceFile> {
         self.files.get(id as usize)
     }

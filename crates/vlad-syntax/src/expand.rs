@@ -386,19 +386,7 @@ impl<'a> Expander<'a> {
     /// A lambda whose parameter list is `formals` (a list S-expression): one pattern for zero,
     /// one or several parameters, by the cons* convention.
     fn lambda(&mut self, formals: &[&Sexp], body: &Sexp, span: Span) -> R<ExprId> {
-        let f = formals[0];
-        let params: Vec<&Sexp> = match &f.kind {
-            SexpKind::List(ps) => ps.iter().collect(),
-            SexpKind::Dotted(..) => {
-                return err(f.span, "rest parameters are not supported in VLAD")
-            }
-            _ => {
-                return err(
-                    f.span,
-                    "lambda parameters must be a list, for example `(lambda (x) ...)`",
-                )
-            }
-        };
+        let params = formal_list(formals[0])?;
         self.lambda_params(&params, body, span)
     }
 
@@ -516,7 +504,10 @@ impl<'a> Expander<'a> {
         let Some((first, rest)) = levels.split_first() else {
             return self.expr(body);
         };
-        let params: Vec<&Sexp> = first.list().expect("header list")[1..].iter().collect();
+        let params: Vec<&Sexp> = match &first.kind {
+            SexpKind::Dotted(parts, tail) => parts[1..].iter().chain(std::iter::once(&**tail)).collect(),
+            _ => first.list().expect("header list")[1..].iter().collect(),
+        };
         let mark = self.locals.len();
         let result = (|| {
             let pats = params
@@ -530,6 +521,18 @@ impl<'a> Expander<'a> {
         })();
         self.locals.truncate(mark);
         result
+    }
+}
+
+/// The parameter patterns of a formals list. By the one-argument convention `(a b c)` is the
+/// pattern `(cons* a b c)`, so a dotted list `(a . rest)` means the same as `(a rest)`, and a lone
+/// variable `args` binds the whole argument.
+fn formal_list(f: &Sexp) -> R<Vec<&Sexp>> {
+    match &f.kind {
+        SexpKind::List(ps) => Ok(ps.iter().collect()),
+        SexpKind::Dotted(ps, tail) => Ok(ps.iter().chain(std::iter::once(&**tail)).collect()),
+        SexpKind::Symbol(_) => Ok(vec![f]),
+        _ => err(f.span, "lambda parameters must be a list of patterns or one variable"),
     }
 }
 

@@ -31,7 +31,7 @@ pub fn load(
     let text = std::fs::read_to_string(path)
         .map_err(|e| Diagnostic::new(Span::NONE, format!("cannot read {}: {e}", path.display())))?;
     let mut out = Vec::new();
-    let mut active = vec![canonical(path)];
+    let mut active = Includes { stack: vec![canonical(path)], done: vec![] };
     load_text(sources, path, text, include_dirs, &mut out, &mut active)?;
     Ok(out)
 }
@@ -44,7 +44,7 @@ pub fn load_str(
     include_dirs: &[PathBuf],
 ) -> Result<Vec<TopForm>, Diagnostic> {
     let mut out = Vec::new();
-    let mut active = vec![canonical(path)];
+    let mut active = Includes { stack: vec![canonical(path)], done: vec![] };
     load_text(
         sources,
         path,
@@ -54,6 +54,12 @@ pub fn load_str(
         &mut active,
     )?;
     Ok(out)
+}
+
+/// The files being included (to reject cycles) and those already spliced (to splice once).
+struct Includes {
+    stack: Vec<PathBuf>,
+    done: Vec<PathBuf>,
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -66,7 +72,7 @@ fn load_text(
     text: String,
     include_dirs: &[PathBuf],
     out: &mut Vec<TopForm>,
-    active: &mut Vec<PathBuf>,
+    active: &mut Includes,
 ) -> Result<(), Diagnostic> {
     let file = sources.add(path.display().to_string(), text);
     let forms = read(file, &sources.file(file).expect("just added").text.clone())?;
@@ -93,18 +99,25 @@ fn load_text(
             let found = find_include(path, &name, include_dirs)
                 .ok_or_else(|| Diagnostic::new(f.span, format!("cannot find included file \"{name}\" (tried {name}.vlad in the including file's directory, the current directory and the -I directories)")))?;
             let key = canonical(&found);
-            if active.contains(&key) {
+            if active.stack.contains(&key) {
                 return Err(Diagnostic::new(
                     f.span,
                     format!("\"{name}\" includes itself"),
                 ));
             }
+            // A file is spliced once per program: including a library twice (directly and
+            // through another library) does not define its names twice.
+            if active.done.contains(&key) {
+                i += 1;
+                continue;
+            }
+            active.done.push(key.clone());
             let text = std::fs::read_to_string(&found).map_err(|e| {
                 Diagnostic::new(f.span, format!("cannot read {}: {e}", found.display()))
             })?;
-            active.push(key);
+            active.stack.push(key);
             load_text(sources, &found, text, include_dirs, out, active)?;
-            active.pop();
+            active.stack.pop();
             i += 1;
             continue;
         }
