@@ -83,6 +83,8 @@ pub struct Arena {
     pub(crate) transformed: HashMap<(ExprId, crate::Tag), ExprId>,
     /// Inverse of `transformed`, so `primal`, `unperturb`, ... can undo a transform.
     pub(crate) origin: HashMap<ExprId, (crate::Tag, ExprId)>,
+    /// Code levels of lambdas whose parameter tags say otherwise (see `retag_parameter`).
+    pub(crate) base_level: HashMap<ExprId, Tags>,
 }
 
 impl Arena {

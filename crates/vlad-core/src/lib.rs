@@ -10,6 +10,7 @@
 pub mod datum;
 pub mod expr;
 pub mod prim;
+pub mod reverse;
 pub mod span;
 pub mod tags;
 pub mod transform;

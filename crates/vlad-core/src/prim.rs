@@ -64,12 +64,29 @@ prims! {
     Plus => "plus",
     StarJ => "*j",
     StarJInverse => "*j-inverse",
+    // Internal primitives, used by the reverse transform and the prelude; a program cannot name
+    // them (`from_name` skips them).
+    ZeroSensR => "%zero-sensitivity",
+    SZero => "%sensitivity-zero",
 }
 
 impl Prim {
     /// Looks a primitive up by its name.
     pub fn from_name(name: &str) -> Option<Prim> {
+        Prim::ALL
+            .iter()
+            .copied()
+            .find(|p| !p.is_internal() && p.name() == name)
+    }
+
+    /// Looks a primitive up by name, internal ones included (for the built-in prelude).
+    pub fn from_name_internal(name: &str) -> Option<Prim> {
         Prim::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// Internal primitives are not visible to programs.
+    pub fn is_internal(self) -> bool {
+        matches!(self, Prim::ZeroSensR | Prim::SZero)
     }
 
     /// Unary real functions R -> R.
@@ -121,9 +138,17 @@ mod tests {
 
     #[test]
     fn there_are_43_primitives_with_unique_names() {
-        assert_eq!(Prim::ALL.len(), 43);
-        for p in Prim::ALL {
-            assert_eq!(Prim::from_name(p.name()), Some(*p));
+        let visible: Vec<Prim> = Prim::ALL
+            .iter()
+            .copied()
+            .filter(|p| !p.is_internal())
+            .collect();
+        assert_eq!(visible.len(), 43);
+        for p in visible {
+            assert_eq!(Prim::from_name(p.name()), Some(p));
+        }
+        for p in Prim::ALL.iter().filter(|p| p.is_internal()) {
+            assert_eq!(Prim::from_name(p.name()), None);
         }
     }
 }

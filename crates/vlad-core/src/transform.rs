@@ -106,6 +106,57 @@ impl Arena {
         Ok(self.transformed[&(e, tag)])
     }
 
+    /// `lam` with its parameter variable renamed to carry `tag`, so the lambda reads as code of
+    /// that level: the transformed primitives of the prelude are written at base level but are
+    /// `tag` values (paper 003 §4: the tag on the argument variable marks a transformed lambda).
+    pub fn retag_parameter(&mut self, lam: ExprId, tag: Tag) -> Result<ExprId, TransformError> {
+        let Expr::Lambda(p, body, sp) = self.get(lam).clone() else {
+            return Ok(lam);
+        };
+        let Pattern::Var(x) = &*p else { return Ok(lam) };
+        let to = tag_var(*x, tag)?;
+        let level = x.tags;
+        let body = self.rename(body, *x, to);
+        let out = self.mk(Expr::Lambda(Rc::new(Pattern::Var(to)), body, sp));
+        self.base_level.insert(out, level);
+        Ok(out)
+    }
+
+    /// `e` with every reference to `from` replaced by `to` (binders are unique, so nothing can
+    /// be captured).
+    fn rename(&mut self, e: ExprId, from: Var, to: Var) -> ExprId {
+        if !self.free_vars(e).contains(&from) {
+            return e;
+        }
+        let new = match self.get(e).clone() {
+            Expr::Var(v) if v == from => Expr::Var(to),
+            Expr::Lambda(p, b, sp) => Expr::Lambda(p, self.rename(b, from, to), sp),
+            Expr::App(f, a, sp) => {
+                Expr::App(self.rename(f, from, to), self.rename(a, from, to), sp)
+            }
+            Expr::Cons(t, a, b) => {
+                Expr::Cons(t, self.rename(a, from, to), self.rename(b, from, to))
+            }
+            Expr::Letrec(bs, body) => {
+                let bs: Vec<(Var, ExprId)> = bs
+                    .iter()
+                    .map(|(v, l)| (*v, self.rename(*l, from, to)))
+                    .collect();
+                Expr::Letrec(bs.into(), self.rename(body, from, to))
+            }
+            Expr::Let(p, a, b, sp) => {
+                Expr::Let(p, self.rename(a, from, to), self.rename(b, from, to), sp)
+            }
+            Expr::If(c, a, b) => Expr::If(
+                self.rename(c, from, to),
+                self.rename(a, from, to),
+                self.rename(b, from, to),
+            ),
+            other => other,
+        };
+        self.mk(new)
+    }
+
     /// The transform that produced `e`, if any: its tag and the original expression.
     pub fn origin_of(&self, e: ExprId) -> Option<&(Tag, ExprId)> {
         self.origin.get(&e)

@@ -47,6 +47,89 @@ const FORWARD_PRELUDE: &str = r#"
 (define read-real (lambda (x) (let ((r (read-real))) (bundle r (perturb 0)))))
 "#;
 
+/// The reverse versions of the primitives (paper 003 §4), in VLAD. Each takes the reverse-tagged
+/// argument `x` and returns `(cons y~ backpropagator)`; a backpropagator takes the sensitivity of
+/// the result and returns the sensitivity-tagged `(cons '() x-bar)` (a primitive closes over
+/// nothing). Cotangent rules mirror the forward tangent rules.
+const REVERSE_PRELUDE: &str = r#"
+(define + (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
+  (cons (*j (+ x1 x2)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s s)))))))))
+(define - (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
+  (cons (*j (- x1 x2)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s (- 0 s))))))))))
+(define * (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
+  (cons (*j (* x1 x2))
+        (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (* x2 s) (* x1 s))))))))))
+(define / (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
+  (cons (*j (/ x1 x2))
+        (lambda (sy) (let ((s (unsensitize sy)))
+          (sensitize (cons '() (cons (/ s x2) (- 0 (/ (* x1 s) (* x2 x2))))))))))))
+(define atan (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
+  (cons (*j (atan x1 x2))
+        (lambda (sy) (let ((s (unsensitize sy)) (d (+ (* x1 x1) (* x2 x2))))
+          (sensitize (cons '() (cons (/ (* x2 s) d) (/ (- 0 (* x1 s)) d))))))))))
+(define sqrt (lambda (x) (let ((p (*j-inverse x))) (let ((y (sqrt p)))
+  (cons (*j y) (lambda (sy) (sensitize (cons '() (/ (unsensitize sy) (+ y y))))))))))
+(define exp (lambda (x) (let ((p (*j-inverse x))) (let ((y (exp p)))
+  (cons (*j y) (lambda (sy) (sensitize (cons '() (* y (unsensitize sy))))))))))
+(define log (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (log p)) (lambda (sy) (sensitize (cons '() (/ (unsensitize sy) p))))))))
+(define sin (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (sin p)) (lambda (sy) (sensitize (cons '() (* (cos p) (unsensitize sy)))))))))
+(define cos (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (cos p)) (lambda (sy) (sensitize (cons '() (- 0 (* (sin p) (unsensitize sy))))))))))
+(define real (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (real p)) (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
+(define write-real (lambda (x) (let ((w (write-real (*j-inverse x))))
+  (cons x (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
+(define write (lambda (x) (let ((w (write (*j-inverse x))))
+  (cons x (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
+(define read-real (lambda (x) (let ((r (read-real)))
+  (cons (*j r) (lambda (sy) (sensitize (cons '() '())))))))
+(define zero (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (zero p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
+(define %sensitivity-zero (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (%sensitivity-zero p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
+(define %zero-sensitivity (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (%zero-sensitivity p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
+(define plus (lambda (x) (let (((cons a b) (*j-inverse x)))
+  (cons (*j (plus a b)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s s)))))))))
+(define *j (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (*j p)) (lambda (sy) (sensitize (cons '() (*j-inverse (unsensitize sy)))))))))
+(define *j-inverse (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (*j-inverse p)) (lambda (sy) (sensitize (cons '() (*j (unsensitize sy)))))))))
+(define perturb (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (perturb p)) (lambda (sy) (sensitize (cons '() (unperturb (unsensitize sy)))))))))
+(define unperturb (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (unperturb p)) (lambda (sy) (sensitize (cons '() (perturb (unsensitize sy)))))))))
+(define sensitize (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (sensitize p)) (lambda (sy) (sensitize (cons '() (unsensitize (unsensitize sy)))))))))
+(define unsensitize (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (unsensitize p)) (lambda (sy) (sensitize (cons '() (sensitize (unsensitize sy)))))))))
+(define primal (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (primal p))
+        (lambda (sy) (sensitize (cons '() (bundle (unsensitize sy) (%sensitivity-zero (tangent p))))))))))
+(define tangent (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (tangent p))
+        (lambda (sy) (sensitize (cons '() (bundle (%sensitivity-zero (primal p)) (unsensitize sy)))))))))
+(define if-procedure
+  (lambda (x)
+    (let (((cons c (cons t e)) (*j-inverse x)))
+      (if c
+          (let (((cons y bp) ((*j t) (*j '()))))
+            (cons y
+                  (lambda (sy)
+                    (let (((cons tbar ubar) (unsensitize (bp sy))))
+                      (sensitize (cons '() (cons (%sensitivity-zero c) (cons tbar (%sensitivity-zero e)))))))))
+          (let (((cons y bp) ((*j e) (*j '()))))
+            (cons y
+                  (lambda (sy)
+                    (let (((cons ebar ubar) (unsensitize (bp sy))))
+                      (sensitize (cons '() (cons (%sensitivity-zero c) (cons (%sensitivity-zero t) ebar))))))))))))
+(define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
+  (cons (*j (bundle a t))
+        (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
+"#;
+
 /// Primitives whose forward version is `j*` of the primitive applied to the primal: the
 /// comparisons and predicates, which see only the primal and give no tangent.
 const PRIMAL_ONLY: &[Prim] = &[
@@ -83,6 +166,8 @@ const REARRANGING: &[Prim] = &[
     Prim::Plus,
     Prim::StarJ,
     Prim::StarJInverse,
+    Prim::ZeroSensR,
+    Prim::SZero,
 ];
 
 /// Memo of one structural map, keyed by the address of shared structure.
@@ -136,9 +221,11 @@ pub(crate) fn split_forward_shallow(v: &Value) -> (Value, Value) {
 pub(crate) fn untag_shallow(v: &Value, tag: Tag) -> Value {
     match v {
         Value::Tagged(t) if t.tag == tag => t.value.clone(),
-        Value::Pair(p) if p.tags.top() == Some(tag) => {
-            Value::pair(p.tags.pop(), untag_shallow(&p.car, tag), untag_shallow(&p.cdr, tag))
-        }
+        Value::Pair(p) if p.tags.top() == Some(tag) => Value::pair(
+            p.tags.pop(),
+            untag_shallow(&p.car, tag),
+            untag_shallow(&p.cdr, tag),
+        ),
         _ => v.clone(),
     }
 }
@@ -146,13 +233,18 @@ pub(crate) fn untag_shallow(v: &Value, tag: Tag) -> Value {
 fn shape_error(span: Span, op: &str, a: &Value, b: &Value) -> EvalError {
     EvalError::new(
         span,
-        format!("{op}: the values do not have the same shape: {} and {}", a.describe(), b.describe()),
+        format!(
+            "{op}: the values do not have the same shape: {} and {}",
+            a.describe(),
+            b.describe()
+        ),
     )
 }
 
 /// The prelude's compiled forward versions of primitives.
 pub struct Prelude {
     forward: HashMap<Prim, Value>,
+    reverse: HashMap<Prim, Value>,
 }
 
 impl Evaluator {
@@ -182,49 +274,82 @@ impl Evaluator {
         if let Some(p) = &self.prelude {
             return Ok(p.clone());
         }
-        let mut forward = HashMap::new();
-        let mut sources = vlad_syntax::SourceMap::new();
-        let path = std::path::Path::new("<forward prelude>");
-        let mut text = FORWARD_PRELUDE.to_string();
+        let mut forward_text = FORWARD_PRELUDE.to_string();
+        let mut reverse_text = REVERSE_PRELUDE.to_string();
         for p in PRIMAL_ONLY {
-            let call = if p.is_comparison() { "(let (((cons a b) (primal x))) (NAME a b))" } else { "(NAME (primal x))" };
+            let call = if p.is_comparison() {
+                "(let (((cons a b) p)) (NAME a b))"
+            } else {
+                "(NAME p)"
+            };
             let call = call.replace("NAME", p.name());
-            text.push_str(&format!("(define {} (lambda (x) (let ((r {call})) (bundle r (perturb (zero r))))))\n", p.name()));
+            forward_text.push_str(&format!(
+                "(define {} (lambda (x) (let ((p (primal x))) (let ((r {call})) (bundle r (perturb (zero r)))))))\n",
+                p.name()
+            ));
+            reverse_text.push_str(&format!(
+                "(define {} (lambda (x) (let ((p (*j-inverse x))) (cons (*j {call}) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))\n",
+                p.name()
+            ));
         }
         for p in REARRANGING {
-            text.push_str(&format!(
+            forward_text.push_str(&format!(
                 "(define {n} (lambda (x) (bundle ({n} (primal x)) (perturb ({n} (unperturb (tangent x)))))))\n",
                 n = p.name()
             ));
         }
-        // if-procedure only rearranges and calls; its forward version is the forward transform of
-        // its definition in VLAD.
-        text.push_str("(define if-procedure-base (lambda ((cons c (cons t e))) (if c (t) (e))))\n");
-        let forms = vlad_syntax::program::load_str(&mut sources, path, &text, &[])
-            .map_err(|d| EvalError::new(Span::NONE, format!("internal error in the prelude: {}", d.message)))?;
-        // Each definition is expanded on its own so that names inside refer to primitives.
-        for f in forms {
-            let vlad_syntax::program::TopForm::Define(d) = f else { continue };
-            let items = d.list().expect("define");
-            let name = items[1].symbol().map(String::from).unwrap_or_default();
-            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
-            let (_, _, lam) = ex.define(items, d.span).map_err(|d| {
-                EvalError::new(Span::NONE, format!("internal error in the prelude: {}", d.message))
-            })?;
-            let (lam, prim) = if name == "if-procedure-base" {
-                (self.arena.transform(lam, Tag::Forward).expect("shallow"), Prim::IfProcedure)
-            } else {
-                (lam, Prim::from_name(&name).expect("a primitive"))
-            };
-            let g = self.group(&[], &[lam])?;
-            let group = self.code.groups[g as usize].clone();
-            self.prim_versions.insert(lam, (Tag::Forward, prim));
-            let clo = Value::Closure(Rc::new(Closure { group, index: 0, env: Rc::new(Env(vec![])) }));
-            forward.insert(prim, clo);
-        }
-        let p = Rc::new(Prelude { forward });
+        // if-procedure only rearranges and calls: its forward version is the forward transform of
+        // its definition in VLAD. (Its reverse version is written out in REVERSE_PRELUDE: the
+        // reverse transform turns `if` into calls of the reverse if-procedure itself.)
+        forward_text
+            .push_str("(define if-procedure (lambda ((cons c (cons t e))) (if c (t) (e))))\n");
+        let forward = self.load_prelude(&forward_text, Tag::Forward)?;
+        let reverse = self.load_prelude(&reverse_text, Tag::Reverse)?;
+        let p = Rc::new(Prelude { forward, reverse });
         self.prelude = Some(p.clone());
         Ok(p)
+    }
+
+    /// Expands prelude definitions: each `(define prim (lambda ...))` gives the `tag` version of
+    /// that primitive (`if-procedure`'s lambda is transformed by `tag` instead).
+    fn load_prelude(&mut self, text: &str, tag: Tag) -> Result<HashMap<Prim, Value>, EvalError> {
+        let internal =
+            |m: String| EvalError::new(Span::NONE, format!("internal error in the prelude: {m}"));
+        let mut sources = vlad_syntax::SourceMap::builtin();
+        let path = std::path::Path::new("<prelude>");
+        let forms = vlad_syntax::program::load_str(&mut sources, path, text, &[])
+            .map_err(|d| internal(d.message))?;
+        let mut out = HashMap::new();
+        for f in forms {
+            let vlad_syntax::program::TopForm::Define(d) = f else {
+                continue;
+            };
+            let items = d.list().expect("a define form");
+            let name = items[1].symbol().map(String::from).unwrap_or_default();
+            let prim = Prim::from_name_internal(&name)
+                .ok_or_else(|| internal(format!("`{name}` is not a primitive")))?;
+            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
+            ex.internal = true;
+            let (_, _, mut lam) = ex.define(items, d.span).map_err(|d| internal(d.message))?;
+            lam = if prim == Prim::IfProcedure && tag == Tag::Forward {
+                self.arena.transform(lam, tag)
+            } else {
+                self.arena.retag_parameter(lam, tag)
+            }
+            .map_err(|e| internal(e.to_string()))?;
+            let g = self.group(&[], &[lam])?;
+            let group = self.code.groups[g as usize].clone();
+            self.prim_versions.insert(lam, (tag, prim));
+            out.insert(
+                prim,
+                Value::Closure(Rc::new(Closure {
+                    group,
+                    index: 0,
+                    env: Rc::new(Env(vec![])),
+                })),
+            );
+        }
+        Ok(out)
     }
 
     /// If `c` is the `tag` version of a primitive, that primitive.
@@ -239,12 +364,20 @@ impl Evaluator {
     fn transform_group(&mut self, g: &Group, tag: Tag, span: Span) -> Result<Rc<Group>, EvalError> {
         let mut lambdas = Vec::with_capacity(g.lambdas.len());
         for l in &g.lambdas {
-            lambdas.push(self.arena.transform(*l, tag).map_err(|e| EvalError::new(span, e.to_string()))?);
+            let t = if tag == Tag::Reverse {
+                self.arena.reverse_transform(*l, &g.names, &g.free)
+            } else {
+                self.arena.transform(*l, tag)
+            };
+            lambdas.push(t.map_err(|e| EvalError::new(span, e.to_string()))?);
         }
         let names: Vec<Var> = g
             .names
             .iter()
-            .map(|v| Var { id: v.id, tags: v.tags.push(tag).expect("checked by transform") })
+            .map(|v| Var {
+                id: v.id,
+                tags: v.tags.push(tag).expect("checked by transform"),
+            })
             .collect();
         let id = self.group(&names, &lambdas)?;
         Ok(self.code.groups[id as usize].clone())
@@ -259,21 +392,42 @@ impl Evaluator {
                 None => return Ok(None),
             }
         }
-        let names: Vec<Var> = g.names.iter().map(|v| Var { id: v.id, tags: v.tags.pop() }).collect();
+        let names: Vec<Var> = g
+            .names
+            .iter()
+            .map(|v| Var {
+                id: v.id,
+                tags: v.tags.pop(),
+            })
+            .collect();
         let id = self.group(&names, &lambdas)?;
         Ok(Some(self.code.groups[id as usize].clone()))
     }
 
     fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
-        Value::Closure(Rc::new(Closure { group, index, env: Rc::new(Env(env)) }))
+        Value::Closure(Rc::new(Closure {
+            group,
+            index,
+            env: Rc::new(Env(env)),
+        }))
     }
 
     /// `zero`: the same shape with every real 0.
     pub fn zero(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        // Scalars need no memo (the memo exists for shared aggregates).
+        match v {
+            Value::Real(_) => return Ok(Value::Real(0.0)),
+            Value::Nil | Value::Bool(_) | Value::Prim(_) => return Ok(v.clone()),
+            _ => {}
+        }
         self.zero_m(v, span, &mut Memo::default())
     }
 
     fn zero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = v {
+            let m = self.force_zero(&z.of, span)?;
+            return self.zero_m(&m, span, memo);
+        }
         let key = addr(v).map(|a| (a, 0));
         if let Some(k) = key {
             if let Some(r) = memo.0.get(&k) {
@@ -289,7 +443,12 @@ impl Evaluator {
                 Value::pair(p.tags, a, d)
             }
             Value::Closure(c) => {
-                let env = c.env.0.iter().map(|x| self.zero_m(x, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                let env = c
+                    .env
+                    .0
+                    .iter()
+                    .map(|x| self.zero_m(x, span, memo))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Self::closure(c.group.clone(), c.index, env)
             }
             Value::Bundle(b) => {
@@ -298,6 +457,7 @@ impl Evaluator {
                 Value::bundle(p, t)
             }
             Value::Tagged(t) => Value::tagged(t.tag, self.zero_m(&t.value, span, memo)?),
+            Value::Zero(_) => unreachable!("forced above"),
         };
         if let Some(k) = key {
             memo.0.insert(k, r.clone());
@@ -307,10 +467,23 @@ impl Evaluator {
 
     /// `perturb` / `sensitize`: tag a value (closures get transformed code).
     pub fn tag_value(&mut self, v: &Value, tag: Tag, span: Span) -> Result<Value, EvalError> {
+        if let Value::Real(_) | Value::Nil | Value::Bool(_) | Value::Bundle(_) = v {
+            return Ok(Value::tagged(tag, v.clone()));
+        }
         self.tag_m(v, tag, span, &mut Memo::default())
     }
 
-    fn tag_m(&mut self, v: &Value, tag: Tag, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+    fn tag_m(
+        &mut self,
+        v: &Value,
+        tag: Tag,
+        span: Span,
+        memo: &mut Memo,
+    ) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = v {
+            let m = self.force_zero(&z.of, span)?;
+            return self.tag_m(&m, tag, span, memo);
+        }
         let key = addr(v).map(|a| (a, 0));
         if let Some(k) = key {
             if let Some(r) = memo.0.get(&k) {
@@ -318,7 +491,10 @@ impl Evaluator {
             }
         }
         if v.tags().depth() >= vlad_core::tags::MAX_TAG_DEPTH {
-            return self.err(span, vlad_core::transform::TransformError::TooDeep.to_string());
+            return self.err(
+                span,
+                vlad_core::transform::TransformError::TooDeep.to_string(),
+            );
         }
         let r = match v {
             Value::Pair(p) => {
@@ -328,8 +504,22 @@ impl Evaluator {
             }
             Value::Closure(c) => {
                 let g = self.transform_group(&c.group, tag, span)?;
-                let env = c.env.0.iter().map(|x| self.tag_m(x, tag, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                let env = c
+                    .env
+                    .0
+                    .iter()
+                    .map(|x| self.tag_m(x, tag, span, memo))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Self::closure(g, c.index, env)
+            }
+            Value::Prim(q) if tag == Tag::Reverse => {
+                let prelude = self.prelude()?;
+                match prelude.reverse.get(q) {
+                    Some(f) => f.clone(),
+                    None => {
+                        return self.err(span, format!("`{}` has no reverse version", q.name()))
+                    }
+                }
             }
             _ => Value::tagged(tag, v.clone()),
         };
@@ -341,10 +531,25 @@ impl Evaluator {
 
     /// `unperturb` / `unsensitize`: remove the outermost `tag`.
     pub fn untag_value(&mut self, v: &Value, tag: Tag, span: Span) -> Result<Value, EvalError> {
+        if let Value::Tagged(t) = v {
+            if t.tag == tag {
+                return Ok(t.value.clone());
+            }
+        }
         self.untag_m(v, tag, span, &mut Memo::default())
     }
 
-    fn untag_m(&mut self, v: &Value, tag: Tag, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+    fn untag_m(
+        &mut self,
+        v: &Value,
+        tag: Tag,
+        span: Span,
+        memo: &mut Memo,
+    ) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = v {
+            let m = self.force_zero(&z.of, span)?;
+            return self.untag_m(&m, tag, span, memo);
+        }
         let key = addr(v).map(|a| (a, 0));
         if let Some(k) = key {
             if let Some(r) = memo.0.get(&k) {
@@ -358,11 +563,24 @@ impl Evaluator {
                 let d = self.untag_m(&p.cdr, tag, span, memo)?;
                 Value::pair(p.tags.pop(), a, d)
             }
+            Value::Closure(c)
+                if tag == Tag::Reverse && self.prim_version(c, Tag::Reverse).is_some() =>
+            {
+                Value::Prim(self.prim_version(c, Tag::Reverse).expect("checked"))
+            }
             Value::Closure(c) if c.group.tags.top() == Some(tag) => {
                 let Some(g) = self.untransform_group(&c.group, tag)? else {
-                    return self.err(span, format!("cannot remove the {} tag of this procedure", tag.name()));
+                    return self.err(
+                        span,
+                        format!("cannot remove the {} tag of this procedure", tag.name()),
+                    );
                 };
-                let env = c.env.0.iter().map(|x| self.untag_m(x, tag, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                let env = c
+                    .env
+                    .0
+                    .iter()
+                    .map(|x| self.untag_m(x, tag, span, memo))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Self::closure(g, c.index, env)
             }
             _ => {
@@ -372,7 +590,14 @@ impl Evaluator {
                     Tag::Reverse => "*j-inverse",
                     Tag::Forward => "primal",
                 };
-                return self.err(span, format!("{op}: expected a {} value, got {}", tag.name(), v.describe()));
+                return self.err(
+                    span,
+                    format!(
+                        "{op}: expected a {} value, got {}",
+                        tag.name(),
+                        v.describe()
+                    ),
+                );
             }
         };
         if let Some(k) = key {
@@ -383,10 +608,29 @@ impl Evaluator {
 
     /// `bundle`: a forward value from a primal and a perturbation of the same shape.
     pub fn bundle(&mut self, p: &Value, t: &Value, span: Span) -> Result<Value, EvalError> {
+        if let (Value::Real(_), Value::Tagged(x)) = (p, t) {
+            if x.tag == Tag::Perturbation && matches!(x.value, Value::Real(_)) {
+                return Ok(Value::bundle(p.clone(), t.clone()));
+            }
+        }
         self.bundle_m(p, t, span, &mut Memo::default())
     }
 
-    fn bundle_m(&mut self, p: &Value, t: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+    fn bundle_m(
+        &mut self,
+        p: &Value,
+        t: &Value,
+        span: Span,
+        memo: &mut Memo,
+    ) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = p {
+            let m = self.force_zero(&z.of, span)?;
+            return self.bundle_m(&m, t, span, memo);
+        }
+        if let Value::Zero(z) = t {
+            let m = self.force_zero(&z.of, span)?;
+            return self.bundle_m(p, &m, span, memo);
+        }
         let key = match (addr(p), addr(t)) {
             (Some(a), Some(b)) => Some((a, b)),
             _ => None,
@@ -401,25 +645,33 @@ impl Evaluator {
             _ => None,
         };
         let r = match p {
+            Value::Zero(_) => unreachable!("forced above"),
             Value::Prim(q) => match inner {
                 Some(Value::Prim(q2)) if q2 == q => {
                     let prelude = self.prelude()?;
                     match prelude.forward.get(q) {
                         Some(f) => f.clone(),
-                        None => return self.err(span, format!("`{}` has no forward version", q.name())),
+                        None => {
+                            return self.err(span, format!("`{}` has no forward version", q.name()))
+                        }
                     }
                 }
                 _ => return Err(shape_error(span, "bundle", p, t)),
             },
-            Value::Real(_) | Value::Nil | Value::Bool(_) | Value::Bundle(_) | Value::Tagged(_) => match inner {
-                Some(x) if same_scalar_shape(p, x) => Value::bundle(p.clone(), t.clone()),
-                _ => return Err(shape_error(span, "bundle", p, t)),
-            },
+            Value::Real(_) | Value::Nil | Value::Bool(_) | Value::Bundle(_) | Value::Tagged(_) => {
+                match inner {
+                    Some(x) if same_scalar_shape(p, x) => Value::bundle(p.clone(), t.clone()),
+                    _ => return Err(shape_error(span, "bundle", p, t)),
+                }
+            }
             Value::Pair(pp) => match t {
                 Value::Pair(tp) if Some(tp.tags) == pp.tags.push(Tag::Perturbation) => {
                     let a = self.bundle_m(&pp.car, &tp.car, span, memo)?;
                     let d = self.bundle_m(&pp.cdr, &tp.cdr, span, memo)?;
-                    let tags = pp.tags.push(Tag::Forward).ok_or_else(|| EvalError::new(span, "AD nesting too deep"))?;
+                    let tags = pp
+                        .tags
+                        .push(Tag::Forward)
+                        .ok_or_else(|| EvalError::new(span, "AD nesting too deep"))?;
                     Value::pair(tags, a, d)
                 }
                 _ => return Err(shape_error(span, "bundle", p, t)),
@@ -447,11 +699,33 @@ impl Evaluator {
     }
 
     /// `primal` (`want_tangent == false`) or `tangent` of a forward value.
-    pub fn split_forward(&mut self, v: &Value, want_tangent: bool, span: Span) -> Result<Value, EvalError> {
+    pub fn split_forward(
+        &mut self,
+        v: &Value,
+        want_tangent: bool,
+        span: Span,
+    ) -> Result<Value, EvalError> {
+        if let Value::Bundle(b) = v {
+            return Ok(if want_tangent {
+                b.tangent.clone()
+            } else {
+                b.primal.clone()
+            });
+        }
         self.split_m(v, want_tangent, span, &mut Memo::default())
     }
 
-    fn split_m(&mut self, v: &Value, tangent: bool, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+    fn split_m(
+        &mut self,
+        v: &Value,
+        tangent: bool,
+        span: Span,
+        memo: &mut Memo,
+    ) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = v {
+            let m = self.force_zero(&z.of, span)?;
+            return self.split_m(&m, tangent, span, memo);
+        }
         let key = addr(v).map(|a| (a, 0));
         if let Some(k) = key {
             if let Some(r) = memo.0.get(&k) {
@@ -459,29 +733,55 @@ impl Evaluator {
             }
         }
         let r = match v {
-            Value::Bundle(b) => if tangent { b.tangent.clone() } else { b.primal.clone() },
+            Value::Bundle(b) => {
+                if tangent {
+                    b.tangent.clone()
+                } else {
+                    b.primal.clone()
+                }
+            }
             Value::Pair(p) if p.tags.top() == Some(Tag::Forward) => {
                 let a = self.split_m(&p.car, tangent, span, memo)?;
                 let d = self.split_m(&p.cdr, tangent, span, memo)?;
                 let rest = p.tags.pop();
-                let tags = if tangent { rest.push(Tag::Perturbation).expect("same depth") } else { rest };
+                let tags = if tangent {
+                    rest.push(Tag::Perturbation).expect("same depth")
+                } else {
+                    rest
+                };
                 Value::pair(tags, a, d)
             }
             Value::Closure(c) if self.prim_version(c, Tag::Forward).is_some() => {
                 let q = Value::Prim(self.prim_version(c, Tag::Forward).expect("checked"));
-                if tangent { Value::tagged(Tag::Perturbation, q) } else { q }
+                if tangent {
+                    Value::tagged(Tag::Perturbation, q)
+                } else {
+                    q
+                }
             }
             Value::Closure(c) if c.group.tags.top() == Some(Tag::Forward) => {
                 let Some(g) = self.untransform_group(&c.group, Tag::Forward)? else {
                     return self.err(span, "cannot take this procedure apart");
                 };
-                let g = if tangent { self.transform_group(&g, Tag::Perturbation, span)? } else { g };
-                let env = c.env.0.iter().map(|x| self.split_m(x, tangent, span, memo)).collect::<Result<Vec<_>, _>>()?;
+                let g = if tangent {
+                    self.transform_group(&g, Tag::Perturbation, span)?
+                } else {
+                    g
+                };
+                let env = c
+                    .env
+                    .0
+                    .iter()
+                    .map(|x| self.split_m(x, tangent, span, memo))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Self::closure(g, c.index, env)
             }
             _ => {
                 let op = if tangent { "tangent" } else { "primal" };
-                return self.err(span, format!("{op}: expected a forward value, got {}", v.describe()));
+                return self.err(
+                    span,
+                    format!("{op}: expected a forward value, got {}", v.describe()),
+                );
             }
         };
         if let Some(k) = key {
@@ -495,7 +795,20 @@ impl Evaluator {
         self.plus_m(a, b, span, &mut Memo::default())
     }
 
-    fn plus_m(&mut self, a: &Value, b: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+    fn plus_m(
+        &mut self,
+        a: &Value,
+        b: &Value,
+        span: Span,
+        memo: &mut Memo,
+    ) -> Result<Value, EvalError> {
+        // A lazy zero is the identity of plus: this is what keeps reverse mode linear.
+        if let Value::Zero(_) = a {
+            return Ok(b.clone());
+        }
+        if let Value::Zero(_) = b {
+            return Ok(a.clone());
+        }
         let key = match (addr(a), addr(b)) {
             (Some(x), Some(y)) => Some((x, y)),
             _ => None,
@@ -523,7 +836,9 @@ impl Evaluator {
                 let y = self.plus_m(&p.tangent, &q.tangent, span, memo)?;
                 Value::bundle(x, y)
             }
-            (Value::Closure(p), Value::Closure(q)) if p.group.id == q.group.id && p.index == q.index => {
+            (Value::Closure(p), Value::Closure(q))
+                if p.group.id == q.group.id && p.index == q.index =>
+            {
                 let mut env = Vec::with_capacity(p.env.0.len());
                 for (x, y) in p.env.0.iter().zip(q.env.0.iter()) {
                     env.push(self.plus_m(x, y, span, memo)?);
@@ -538,11 +853,133 @@ impl Evaluator {
         Ok(r)
     }
 
-    pub(crate) fn apply_ad_prim(&mut self, p: Prim, arg: Value, span: Span) -> Result<Value, EvalError> {
+    /// The zero sensitivity (before the sensitivity tag) matching a value: reals 0, a closure
+    /// the list of its environment's zeros (in free-variable order, tagged like the closure), a
+    /// primitive `()`. Sensitivities of closures are these lists, as in paper 003.
+    pub fn szero(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        self.szero_m(v, span, &mut Memo::default())
+    }
+
+    fn szero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(k) = key {
+            if let Some(r) = memo.0.get(&k) {
+                return Ok(r.clone());
+            }
+        }
+        let r = match v {
+            Value::Real(_) => Value::Real(0.0),
+            Value::Nil | Value::Bool(_) => v.clone(),
+            Value::Prim(_) => Value::Nil,
+            Value::Pair(p) => {
+                let a = self.szero_m(&p.car, span, memo)?;
+                let d = self.szero_m(&p.cdr, span, memo)?;
+                Value::pair(p.tags, a, d)
+            }
+            Value::Closure(c) => {
+                let tags = c.group.tags;
+                let mut acc = self.lift(Value::Nil, tags, span)?;
+                for x in c.env.0.iter().rev() {
+                    let z = self.szero_m(x, span, memo)?;
+                    acc = Value::pair(tags, z, acc);
+                }
+                acc
+            }
+            Value::Bundle(b) => {
+                let p = self.szero_m(&b.primal, span, memo)?;
+                let t = self.szero_m(&b.tangent, span, memo)?;
+                Value::bundle(p, t)
+            }
+            Value::Tagged(t) => Value::tagged(t.tag, self.szero_m(&t.value, span, memo)?),
+            Value::Zero(z) => {
+                let m = self.force_zero(&z.of, span)?;
+                self.szero_m(&m, span, memo)?
+            }
+        };
+        if let Some(k) = key {
+            memo.0.insert(k, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// One level of a lazy zero sensitivity of `*j-inverse of`: pairs and closures get lazy
+    /// components, scalars are computed.
+    pub(crate) fn force_zero(&mut self, of: &Value, span: Span) -> Result<Value, EvalError> {
+        match of {
+            Value::Pair(p) if p.tags.top() == Some(Tag::Reverse) => {
+                let tags = p.tags.pop().push(Tag::Sensitivity).expect("same depth");
+                Ok(Value::pair(
+                    tags,
+                    Value::zero_of(p.car.clone()),
+                    Value::zero_of(p.cdr.clone()),
+                ))
+            }
+            Value::Closure(c)
+                if c.group.tags.top() == Some(Tag::Reverse)
+                    && self.prim_version(c, Tag::Reverse).is_none() =>
+            {
+                let base = c.group.tags.pop();
+                let tags = base.push(Tag::Sensitivity).expect("same depth");
+                let nil = self.lift(Value::Nil, base, span)?;
+                let mut acc = self.tag_value(&nil, Tag::Sensitivity, span)?;
+                for x in c.env.0.iter().rev() {
+                    acc = Value::pair(tags, Value::zero_of(x.clone()), acc);
+                }
+                Ok(acc)
+            }
+            _ => {
+                let p = self.untag_value(of, Tag::Reverse, span)?;
+                let z = self.szero(&p, span)?;
+                self.tag_value(&z, Tag::Sensitivity, span)
+            }
+        }
+    }
+
+    /// The value with every lazy zero inside it computed (for printing and comparing).
+    pub fn materialize(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        Ok(match v {
+            Value::Zero(z) => {
+                let m = self.force_zero(&z.of, span)?;
+                self.materialize(&m, span)?
+            }
+            Value::Pair(p) if has_zero(v) => {
+                let a = self.materialize(&p.car, span)?;
+                let d = self.materialize(&p.cdr, span)?;
+                Value::pair(p.tags, a, d)
+            }
+            Value::Bundle(b) if has_zero(v) => {
+                let p = self.materialize(&b.primal, span)?;
+                let t = self.materialize(&b.tangent, span)?;
+                Value::bundle(p, t)
+            }
+            Value::Tagged(t) if has_zero(v) => {
+                Value::tagged(t.tag, self.materialize(&t.value, span)?)
+            }
+            _ => v.clone(),
+        })
+    }
+
+    /// The printed form of a value (lazy zeros computed).
+    pub fn render(&mut self, v: &Value) -> String {
+        match self.materialize(v, Span::NONE) {
+            Ok(m) => crate::print::to_string(&m),
+            Err(_) => crate::print::to_string(v),
+        }
+    }
+
+    pub(crate) fn apply_ad_prim(
+        &mut self,
+        p: Prim,
+        arg: Value,
+        span: Span,
+    ) -> Result<Value, EvalError> {
         let pair = |name: &str| -> Result<(Value, Value), EvalError> {
             match crate::prims::two(&arg) {
                 Some((a, b)) => Ok((a.clone(), b.clone())),
-                None => Err(EvalError::new(span, format!("`{name}` takes two arguments, got {}", arg.describe()))),
+                None => Err(EvalError::new(
+                    span,
+                    format!("`{name}` takes two arguments, got {}", arg.describe()),
+                )),
             }
         };
         match p {
@@ -561,9 +998,34 @@ impl Evaluator {
                 let (a, b) = pair("plus")?;
                 self.plus(&a, &b, span)
             }
-            _ => self.err(span, format!("`{}` is not implemented yet", p.name())),
+            Prim::StarJ => self.tag_value(&arg, Tag::Reverse, span),
+            Prim::StarJInverse => self.untag_value(&arg, Tag::Reverse, span),
+            Prim::ZeroSensR => Ok(Value::zero_of(arg)),
+            Prim::SZero => self.szero(&arg, span),
+            _ => unreachable!("every primitive is implemented"),
         }
     }
+}
+
+/// Does `v` contain a lazy zero (outside closures)?
+fn has_zero(v: &Value) -> bool {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Zero(_) => return true,
+            Value::Pair(p) => {
+                stack.push(&p.car);
+                stack.push(&p.cdr);
+            }
+            Value::Bundle(b) => {
+                stack.push(&b.primal);
+                stack.push(&b.tangent);
+            }
+            Value::Tagged(t) => stack.push(&t.value),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Can `t` (untagged) be the tangent of the scalar `p`? Reals pair with reals; discrete values
@@ -575,8 +1037,15 @@ fn same_scalar_shape(p: &Value, t: &Value) -> bool {
         (Value::Bundle(x), Value::Bundle(y)) => {
             same_scalar_shape(&x.primal, &y.primal) && same_scalar_shape(&x.tangent, &y.tangent)
         }
-        (Value::Tagged(x), Value::Tagged(y)) => x.tag == y.tag && same_scalar_shape(&x.value, &y.value),
+        (Value::Tagged(x), Value::Tagged(y)) => {
+            x.tag == y.tag && same_scalar_shape(&x.value, &y.value)
+        }
         (Value::Prim(x), Value::Prim(y)) => x == y,
         _ => false,
     }
+}
+
+/// The AD operators (including the internal ones), which handle lazy zeros themselves.
+pub(crate) fn is_ad_prim(p: Prim) -> bool {
+    REARRANGING.contains(&p)
 }

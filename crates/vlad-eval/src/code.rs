@@ -106,7 +106,7 @@ pub struct Code {
     pub nodes: Vec<Node>,
     pub consts: Vec<Value>,
     pub caps: Vec<Box<[Capture]>>,
-    pub pats: Vec<PatCode>,
+    pub pats: Vec<Rc<PatCode>>,
     pub groups: Vec<Rc<Group>>,
     group_ids: HashMap<(Vec<Var>, Vec<ExprId>), u32>,
 }
@@ -199,23 +199,18 @@ impl Evaluator {
         Ok(id)
     }
 
-    /// The tags of a lambda expression: the transforms that produced it, outermost first.
-    fn lambda_tags(&self, mut l: ExprId) -> Tags {
-        let mut stack = Vec::new();
-        while let Some(&(tag, orig)) = self.arena.origin_of(l) {
-            stack.push(tag);
-            l = orig;
+    /// The tags of closures of a lambda: those of its parameter (every transform tags the
+    /// parameter, and the prelude's transformed primitives are written with tagged parameters).
+    fn lambda_tags(&self, l: ExprId) -> Tags {
+        match self.arena.get(l) {
+            Expr::Lambda(p, _, _) => vlad_core::reverse::pattern_tags(p),
+            _ => Tags::EMPTY,
         }
-        let mut t = Tags::EMPTY;
-        for tag in stack.into_iter().rev() {
-            t = t.push(tag).expect("transform depth already checked");
-        }
-        t
     }
 
     fn compile_pattern(&mut self, p: &Pattern, sc: &mut Scope) -> Result<u32, EvalError> {
         let code = self.pattern_code(p, sc)?;
-        self.code.pats.push(code);
+        self.code.pats.push(Rc::new(code));
         Ok((self.code.pats.len() - 1) as u32)
     }
 

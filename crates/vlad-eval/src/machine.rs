@@ -50,10 +50,12 @@ enum Kont {
         a: NodeId,
         b: NodeId,
     },
-    /// Return from a procedure: restore the caller's frame and closure.
+    /// Return from a procedure: restore the caller's frame and closure. `span` is the call site,
+    /// used to place errors raised inside built-in code.
     Frame {
         fp: usize,
         clo: Rc<Closure>,
+        span: Span,
     },
 }
 
@@ -181,7 +183,24 @@ impl Evaluator {
             .collect()))
     }
 
-    fn run(&mut self, st: &mut State, mut mode: Mode) -> Result<Value, EvalError> {
+    fn run(&mut self, st: &mut State, mode: Mode) -> Result<Value, EvalError> {
+        self.run_loop(st, mode).map_err(|mut e| {
+            // An error inside built-in code (the AD prelude) is reported at the innermost call
+            // made from the user's program.
+            if !is_user_span(e.span) {
+                let site = st.konts.iter().rev().find_map(|k| match k {
+                    Kont::Frame { span, .. } if is_user_span(*span) => Some(*span),
+                    _ => None,
+                });
+                if let Some(site) = site {
+                    e.span = site;
+                }
+            }
+            e
+        })
+    }
+
+    fn run_loop(&mut self, st: &mut State, mut mode: Mode) -> Result<Value, EvalError> {
         loop {
             self.steps += 1;
             if let Some(max) = self.max_steps {
@@ -308,7 +327,7 @@ impl Evaluator {
                             Mode::Eval(body)
                         }
                         Kont::If { a, b } => Mode::Eval(if v.is_true() { a } else { b }),
-                        Kont::Frame { fp, clo } => {
+                        Kont::Frame { fp, clo, .. } => {
                             st.stack.truncate(st.fp);
                             st.fp = fp;
                             st.clo = clo;
@@ -351,6 +370,20 @@ impl Evaluator {
     ) -> Result<Mode, EvalError> {
         match f {
             Value::Closure(c) => {
+                // Transformed code may only run on values of its level: a forward procedure on
+                // forward values, and so on (the tags of the argument start with the closure's).
+                let ctags = c.group.tags;
+                if !ctags.is_empty() && !tags_start_with(arg.tags(), ctags) {
+                    return Err(EvalError::new(
+                        span,
+                        format!(
+                            "this {} procedure was applied to {}, which is not a {} value",
+                            ctags.top().expect("nonempty").name(),
+                            arg.describe(),
+                            ctags.top().expect("nonempty").name()
+                        ),
+                    ));
+                }
                 let g = c.group.clone();
                 let m = &g.members[c.index as usize];
                 if matches!(st.konts.last(), Some(Kont::Frame { .. })) {
@@ -361,6 +394,7 @@ impl Evaluator {
                     st.konts.push(Kont::Frame {
                         fp: st.fp,
                         clo: caller,
+                        span,
                     });
                     st.fp = st.stack.len();
                 }
@@ -379,50 +413,75 @@ impl Evaluator {
         }
     }
 
-    fn bind(&self, st: &mut State, pat: u32, v: Value, span: Span) -> Result<(), EvalError> {
-        let frame = &mut st.stack[st.fp..];
-        match &self.code.pats[pat as usize] {
-            PatCode::Bind(s) => {
+    fn bind(&mut self, st: &mut State, pat: u32, v: Value, span: Span) -> Result<(), EvalError> {
+        if let PatCode::Bind(s) = &*self.code.pats[pat as usize] {
+            st.stack[st.fp + *s as usize] = v;
+            return Ok(());
+        }
+        let p = self.code.pats[pat as usize].clone();
+        let fp = st.fp;
+        self.bind_pattern(&p, v, &mut st.stack[fp..], span)
+    }
+
+    fn bind_pattern(
+        &mut self,
+        p: &PatCode,
+        v: Value,
+        frame: &mut [Value],
+        span: Span,
+    ) -> Result<(), EvalError> {
+        let v = match (p, v) {
+            (PatCode::Bind(s), v) => {
                 frame[*s as usize] = v;
-                Ok(())
+                return Ok(());
             }
-            p => bind_pattern(p, v, frame).map_err(|m| EvalError::new(span, m)),
+            (_, Value::Zero(z)) => self.force_zero(&z.of, span)?,
+            (_, v) => v,
+        };
+        match p {
+            PatCode::Bind(_) => unreachable!("handled above"),
+            PatCode::Const(c) => {
+                let v = self.materialize(&v, span)?;
+                if crate::ad::equal_data(c, &v) {
+                    Ok(())
+                } else {
+                    Err(EvalError::new(
+                        span,
+                        format!(
+                            "pattern mismatch: expected {}, got {}",
+                            crate::print::to_string(c),
+                            v.describe()
+                        ),
+                    ))
+                }
+            }
+            PatCode::Cons(tags, a, b) => match &v {
+                Value::Pair(pair) if pair.tags == *tags => {
+                    self.bind_pattern(a, pair.car.clone(), frame, span)?;
+                    self.bind_pattern(b, pair.cdr.clone(), frame, span)
+                }
+                _ => {
+                    let what = match tags.top() {
+                        None => "a pair".to_string(),
+                        Some(t) => format!("a {} pair", t.name()),
+                    };
+                    Err(EvalError::new(
+                        span,
+                        format!("pattern mismatch: expected {what}, got {}", v.describe()),
+                    ))
+                }
+            },
         }
     }
 }
 
-fn bind_pattern(p: &PatCode, v: Value, frame: &mut [Value]) -> Result<(), String> {
-    match p {
-        PatCode::Bind(s) => {
-            frame[*s as usize] = v;
-            Ok(())
-        }
-        PatCode::Const(c) => {
-            if crate::ad::equal_data(c, &v) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "pattern mismatch: expected {}, got {}",
-                    crate::print::to_string(c),
-                    v.describe()
-                ))
-            }
-        }
-        PatCode::Cons(tags, a, b) => match &v {
-            Value::Pair(pair) if pair.tags == *tags => {
-                bind_pattern(a, pair.car.clone(), frame)?;
-                bind_pattern(b, pair.cdr.clone(), frame)
-            }
-            _ => {
-                let what = match tags.top() {
-                    None => "a pair".to_string(),
-                    Some(t) => format!("a {} pair", t.name()),
-                };
-                Err(format!(
-                    "pattern mismatch: expected {what}, got {}",
-                    v.describe()
-                ))
-            }
-        },
-    }
+/// Spans of built-in code live far above any user file id (`SourceMap::builtin`).
+fn is_user_span(s: Span) -> bool {
+    s.file < u32::MAX / 2
+}
+
+/// `true` if `outer` is the outermost part of `tags`.
+fn tags_start_with(tags: Tags, outer: Tags) -> bool {
+    let mut a = tags.iter();
+    outer.iter().all(|t| a.next() == Some(t))
 }

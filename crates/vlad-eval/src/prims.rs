@@ -93,6 +93,13 @@ impl Evaluator {
         span: Span,
     ) -> Result<Outcome, EvalError> {
         let e = |m: String| EvalError::new(span, m);
+        // Lazy zero sensitivities are computed before a primitive inspects its argument (the AD
+        // operators handle them themselves).
+        let arg = if !crate::ad::is_ad_prim(p) {
+            self.materialize(&arg, span)?
+        } else {
+            arg
+        };
         let v = match p {
             _ if p.is_binary_real() => {
                 let (x, y) = two_reals(p, &arg).map_err(e)?;
@@ -128,7 +135,10 @@ impl Evaluator {
             }
             Prim::ReadReal => {
                 if !matches!(arg, Value::Nil) {
-                    return Err(e(format!("`read-real` takes no arguments, got {}", arg.describe())));
+                    return Err(e(format!(
+                        "`read-real` takes no arguments, got {}",
+                        arg.describe()
+                    )));
                 }
                 self.output.flush();
                 Value::Real(self.input.next_real().map_err(e)?)
@@ -140,7 +150,7 @@ impl Evaluator {
                 arg
             }
             Prim::Write => {
-                let s = crate::print::to_string(&arg);
+                let s = self.render(&arg);
                 self.output.line(&s);
                 arg
             }

@@ -25,6 +25,9 @@ fn write(v: &Value, s: &mut String) {
             s.push('>');
         }
         Value::Closure(_) => s.push_str("<procedure>"),
+        // Callers materialise zeros before printing (`Evaluator::materialize`); this is a
+        // fallback for error messages.
+        Value::Zero(_) => s.push_str("(sensitivity <zero>)"),
         Value::Bundle(b) => {
             s.push_str("(forward ");
             write(&b.primal, s);

@@ -23,6 +23,15 @@ pub enum Value {
     Bundle(Rc<Bundle>),
     /// A scalar tagged `perturbation`, `sensitivity` or `reverse`.
     Tagged(Rc<Tagged>),
+    /// A lazy zero sensitivity: `(sensitize (zero (*j-inverse of)))`, built in O(1) by reverse
+    /// mode code for sensitivities nothing has flowed into. `plus` treats it as the identity;
+    /// anything that looks inside it materialises it one level at a time.
+    Zero(Rc<ZeroOf>),
+}
+
+pub struct ZeroOf {
+    /// The reverse value whose primal's zero sensitivity this is.
+    pub of: Value,
 }
 
 pub struct Pair {
@@ -61,6 +70,10 @@ impl Value {
         Value::Tagged(Rc::new(Tagged { tag, value }))
     }
 
+    pub fn zero_of(of: Value) -> Value {
+        Value::Zero(Rc::new(ZeroOf { of }))
+    }
+
     pub fn bundle(primal: Value, tangent: Value) -> Value {
         Value::Bundle(Rc::new(Bundle { primal, tangent }))
     }
@@ -73,6 +86,12 @@ impl Value {
             Value::Closure(c) => c.group.tags,
             Value::Bundle(b) => b.primal.tags().push(Tag::Forward).unwrap_or(Tags::EMPTY),
             Value::Tagged(t) => t.value.tags().push(t.tag).unwrap_or(Tags::EMPTY),
+            Value::Zero(z) => {
+                z.of.tags()
+                    .pop()
+                    .push(Tag::Sensitivity)
+                    .unwrap_or(Tags::EMPTY)
+            }
         }
     }
 
@@ -103,6 +122,7 @@ impl Value {
             Value::Pair(p) if p.tags.is_empty() => "a pair".into(),
             Value::Pair(p) => format!("a {} pair", p.tags.top().expect("tagged").name()),
             Value::Closure(_) => "a procedure".into(),
+            Value::Zero(_) => "a zero sensitivity".into(),
             Value::Bundle(_) | Value::Tagged(_) => {
                 let s = crate::print::to_string(self);
                 if s.len() > 60 {
@@ -142,6 +162,11 @@ fn take_children(v: &mut Value, out: &mut Vec<Value>) {
         Value::Tagged(rc) => {
             if let Some(t) = Rc::get_mut(rc) {
                 out.push(std::mem::replace(&mut t.value, Value::Nil));
+            }
+        }
+        Value::Zero(rc) => {
+            if let Some(z) = Rc::get_mut(rc) {
+                out.push(std::mem::replace(&mut z.of, Value::Nil));
             }
         }
         _ => {}

@@ -16,11 +16,22 @@ pub struct SourceFile {
 #[derive(Default)]
 pub struct SourceMap {
     files: Vec<SourceFile>,
+    /// The file id of `files[0]`: built-in code is read into a map with a base far from 0, so its
+    /// spans can never be mistaken for positions in a user's files.
+    base: u32,
 }
 
 impl SourceMap {
     pub fn new() -> SourceMap {
         SourceMap::default()
+    }
+
+    /// A source map for built-in code, whose file ids no user source map uses.
+    pub fn builtin() -> SourceMap {
+        SourceMap {
+            files: Vec::new(),
+            base: u32::MAX / 2,
+        }
     }
 
     /// Adds a file and returns its index.
@@ -33,7 +44,7 @@ impl SourceMap {
             text,
             line_starts,
         });
-        (self.files.len() - 1) as u32
+        self.base + (self.files.len() - 1) as u32
     }
 
     /// `true` if a file with this path was already added.
@@ -42,7 +53,7 @@ impl SourceMap {
     }
 
     pub fn file(&self, id: u32) -> Option<&SourceFile> {
-        self.files.get(id as usize)
+        self.files.get(id.checked_sub(self.base)? as usize)
     }
 
     /// `(path, line, column)` of the start of `span`, 1-based, column in characters.
@@ -97,7 +108,7 @@ impl Diagnostic {
         let _ = writeln!(out, "{line} | {text}");
         // Underline to the end of the span, or to the end of the line for multi-line spans.
         let f = sources.file(self.span.file).expect("located");
-        let start = self.span.start as usize;
+        let start = (self.span.start as usize).min(f.text.len());
         let end = (self.span.end as usize).clamp(start, f.text.len());
         let same_line = f
             .text

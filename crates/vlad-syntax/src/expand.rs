@@ -26,6 +26,8 @@ pub struct Expander<'a> {
     /// Where each global was first referenced, so an undefined one is reported at its use.
     pub global_refs: HashMap<Var, Span>,
     locals: Vec<(String, Var)>,
+    /// Resolve the names of internal primitives too (only for vlad's built-in prelude).
+    pub internal: bool,
 }
 
 fn err<T>(span: Span, msg: impl Into<String>) -> R<T> {
@@ -65,6 +67,7 @@ impl<'a> Expander<'a> {
             globals: HashMap::new(),
             global_refs: HashMap::new(),
             locals: Vec::new(),
+            internal: false,
         }
     }
 
@@ -89,7 +92,12 @@ impl<'a> Expander<'a> {
             self.global_refs.entry(v).or_insert(span);
             return Ok(self.mk(Expr::Var(v)));
         }
-        if let Some(p) = Prim::from_name(name) {
+        let prim = if self.internal {
+            Prim::from_name_internal(name)
+        } else {
+            Prim::from_name(name)
+        };
+        if let Some(p) = prim {
             return Ok(self.mk(Expr::Prim(p, Tags::EMPTY)));
         }
         if SPECIAL_FORMS.contains(&name) {
@@ -505,7 +513,9 @@ impl<'a> Expander<'a> {
             return self.expr(body);
         };
         let params: Vec<&Sexp> = match &first.kind {
-            SexpKind::Dotted(parts, tail) => parts[1..].iter().chain(std::iter::once(&**tail)).collect(),
+            SexpKind::Dotted(parts, tail) => {
+                parts[1..].iter().chain(std::iter::once(&**tail)).collect()
+            }
             _ => first.list().expect("header list")[1..].iter().collect(),
         };
         let mark = self.locals.len();
@@ -532,7 +542,10 @@ fn formal_list(f: &Sexp) -> R<Vec<&Sexp>> {
         SexpKind::List(ps) => Ok(ps.iter().collect()),
         SexpKind::Dotted(ps, tail) => Ok(ps.iter().chain(std::iter::once(&**tail)).collect()),
         SexpKind::Symbol(_) => Ok(vec![f]),
-        _ => err(f.span, "lambda parameters must be a list of patterns or one variable"),
+        _ => err(
+            f.span,
+            "lambda parameters must be a list of patterns or one variable",
+        ),
     }
 }
 

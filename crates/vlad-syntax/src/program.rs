@@ -31,7 +31,10 @@ pub fn load(
     let text = std::fs::read_to_string(path)
         .map_err(|e| Diagnostic::new(Span::NONE, format!("cannot read {}: {e}", path.display())))?;
     let mut out = Vec::new();
-    let mut active = Includes { stack: vec![canonical(path)], done: vec![] };
+    let mut active = Includes {
+        stack: vec![canonical(path)],
+        done: vec![],
+    };
     load_text(sources, path, text, include_dirs, &mut out, &mut active)?;
     Ok(out)
 }
@@ -44,7 +47,10 @@ pub fn load_str(
     include_dirs: &[PathBuf],
 ) -> Result<Vec<TopForm>, Diagnostic> {
     let mut out = Vec::new();
-    let mut active = Includes { stack: vec![canonical(path)], done: vec![] };
+    let mut active = Includes {
+        stack: vec![canonical(path)],
+        done: vec![],
+    };
     load_text(
         sources,
         path,

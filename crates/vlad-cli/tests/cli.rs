@@ -1,0 +1,534 @@
+//! End-to-end behaviour of the `vlad` binary: `run` output, error reports (position, caret,
+//! exit code 1, never a panic), `check` summaries, `read-real` from stdin and `--max-steps`.
+//!
+//! Every child process runs under a deadline: a `vlad` that hangs is killed and the test fails.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any one `vlad` invocation may take before it counts as hung.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `vlad ARGS` in `cwd` with `stdin` piped in, killing it if it outlives [`DEADLINE`].
+fn vlad(args: &[&str], cwd: &Path, stdin: &str) -> Outcome {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vlad");
+    // Feed stdin and drain stdout/stderr on their own threads so no pipe can fill up and block.
+    let mut input = child.stdin.take().expect("stdin");
+    let text = stdin.to_string();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for vlad") {
+            break s;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`vlad {}` did not finish within {DEADLINE:?}",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = feeder.join();
+    let o = Outcome {
+        code: status.code(),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    assert!(
+        !o.stderr.contains("panicked") && !o.stderr.contains("RUST_BACKTRACE"),
+        "`vlad {}` panicked:\n{}",
+        args.join(" "),
+        o.describe()
+    );
+    o
+}
+
+/// A scratch directory holding one source file.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().expect("temporary directory"),
+        }
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write source");
+        p
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// `vlad run` on `text` (written to `prog.vlad`, run from its directory).
+fn run_text(text: &str, stdin: &str) -> Outcome {
+    let s = Scratch::new();
+    s.file("prog.vlad", text);
+    vlad(&["run", "prog.vlad"], s.path(), stdin)
+}
+
+/// Asserts a failed run reported `prog.vlad:LINE:COL: error: ...` (first line), with the
+/// source line and a caret line, and exit code 1.
+fn assert_error_at(o: &Outcome, line: usize, col: usize, message_part: &str) {
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    let prefix = format!("prog.vlad:{line}:{col}: error: ");
+    assert!(
+        o.stderr.starts_with(&prefix),
+        "stderr should start with `{prefix}`:\n{}",
+        o.describe()
+    );
+    let first = o.stderr.lines().next().unwrap_or("");
+    assert!(
+        first.contains(message_part),
+        "message should mention `{message_part}`:\n{}",
+        o.describe()
+    );
+    assert!(
+        has_caret_line(&o.stderr),
+        "no caret excerpt:\n{}",
+        o.describe()
+    );
+}
+
+/// Does some line look like `   |   ^^^`?
+fn has_caret_line(stderr: &str) -> bool {
+    stderr.lines().any(|l| {
+        let t = l.trim_start();
+        t.starts_with('|') && {
+            let rest = t[1..].trim();
+            !rest.is_empty() && rest.chars().all(|c| c == '^')
+        }
+    })
+}
+
+#[test]
+fn run_prints_each_value_on_its_own_line() {
+    let o = run_text(
+        "(define (square x) (* x x))\n\
+         (square 3)\n\
+         (+ 1 2)\n\
+         '(1 2 3)\n\
+         (cons 1 2)\n\
+         '()\n\
+         #t\n\
+         (/ 1 4)\n",
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout,
+        "9\n3\n(1 2 3)\n(1 . 2)\n()\n#t\n0.25\n",
+        "{}",
+        o.describe()
+    );
+    assert_eq!(o.stderr, "");
+}
+
+#[test]
+fn run_prints_writes_before_the_value() {
+    let o = run_text(
+        "(+ (write-real 1) (write-real 2))\n(write (list 1 2))\n",
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "1\n2\n3\n(1 2)\n(1 2)\n", "{}", o.describe());
+}
+
+#[test]
+fn run_empty_file_prints_nothing() {
+    let o = run_text("", "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "");
+    let o = run_text("; only a comment\n(define (f x) x)\n", "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "");
+}
+
+#[test]
+fn unbound_variable_is_reported_with_position() {
+    let o = run_text("(+ 1 2)\n  (let ((x 1)) y)\n", "");
+    assert_error_at(&o, 2, 16, "unbound");
+}
+
+#[test]
+fn applying_a_non_procedure_is_reported_with_position() {
+    let o = run_text("(+ 1 2)\n(3 4)\n", "");
+    assert_error_at(&o, 2, 1, "procedure");
+}
+
+#[test]
+fn values_before_an_error_are_still_printed() {
+    let o = run_text("(+ 1 2)\n(3 4)\n(+ 5 6)\n", "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert_eq!(o.stdout, "3\n", "{}", o.describe());
+}
+
+#[test]
+fn pattern_mismatch_is_reported_with_position() {
+    let o = run_text("(define (f (cons a b)) a)\n(f 5)\n", "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert!(o.stderr.starts_with("prog.vlad:"), "{}", o.describe());
+    assert!(o.stderr.lines().next().unwrap().contains(": error: "));
+    assert!(has_caret_line(&o.stderr), "{}", o.describe());
+    assert!(o.stderr.contains("match"), "{}", o.describe());
+}
+
+#[test]
+fn bad_primitive_argument_is_reported_with_position() {
+    let o = run_text("1\n(+ 1 #t)\n", "");
+    assert_error_at(&o, 2, 1, "");
+}
+
+#[test]
+fn unclosed_parenthesis_is_reported_with_position() {
+    let o = run_text("1\n(+ 1 (* 2 3)\n", "");
+    assert_error_at(&o, 2, 1, "");
+    // A reader error stops the program before anything runs.
+    assert_eq!(o.stdout, "");
+}
+
+#[test]
+fn stray_closing_parenthesis_is_reported_with_position() {
+    let o = run_text("(+ 1 2))\n", "");
+    assert_error_at(&o, 1, 8, "");
+}
+
+#[test]
+fn missing_include_is_reported_with_position() {
+    let o = run_text("1\n  (include \"no-such-file\")\n", "");
+    assert_error_at(&o, 2, 3, "no-such-file");
+}
+
+#[test]
+fn include_splices_a_file_from_the_including_directory() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.path().join("sub")).unwrap();
+    s.file("sub/lib.vlad", "(define (double x) (+ x x))\n");
+    s.file("sub/prog.vlad", "(include \"lib\")\n(double 21)\n");
+    // Run from the scratch root: the include is found beside the including file.
+    let o = vlad(&["run", "sub/prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "42\n");
+}
+
+#[test]
+fn include_dirs_are_searched() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.path().join("libdir")).unwrap();
+    s.file("libdir/mylib.vlad", "(define (triple x) (* 3 x))\n");
+    s.file("prog.vlad", "(include \"mylib\")\n(triple 5)\n");
+    let o = vlad(&["run", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(1), "found without -I?\n{}", o.describe());
+    let o = vlad(&["run", "-I", "libdir", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "15\n");
+}
+
+#[test]
+fn errors_in_an_included_file_name_that_file() {
+    let s = Scratch::new();
+    s.file("broken.vlad", "(define (f x) x)\n\n(f 1 2 3\n");
+    s.file("prog.vlad", "(include \"broken\")\n1\n");
+    let o = vlad(&["run", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    let first = o.stderr.lines().next().unwrap_or("");
+    assert!(
+        first.contains("broken.vlad:3:1: error: "),
+        "{}",
+        o.describe()
+    );
+    assert!(has_caret_line(&o.stderr), "{}", o.describe());
+}
+
+#[test]
+fn missing_program_file_is_an_error_not_a_panic() {
+    let s = Scratch::new();
+    let o = vlad(&["run", "does-not-exist.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert!(o.stderr.contains("error"), "{}", o.describe());
+    let o = vlad(&["check", "does-not-exist.vlad"], s.path(), "");
+    assert_ne!(o.code, Some(0), "{}", o.describe());
+}
+
+#[test]
+fn usage_errors_do_not_panic() {
+    let s = Scratch::new();
+    for args in [
+        &[][..],
+        &["run"][..],
+        &["frobnicate"][..],
+        &["run", "--max-steps", "lots", "x.vlad"][..],
+    ] {
+        let o = vlad(args, s.path(), "");
+        assert_ne!(o.code, Some(0), "vlad {args:?}\n{}", o.describe());
+    }
+}
+
+#[test]
+fn hostile_inputs_never_panic() {
+    let deep_open = "(".repeat(100_000);
+    let deep_list = format!("'{}{}", "(".repeat(50_000), ")".repeat(50_000));
+    let long_list = format!("'({})", "1 ".repeat(200_000));
+    let cases: Vec<String> = vec![
+        deep_open,
+        deep_list,
+        long_list,
+        "\"unterminated string".into(),
+        "#".into(),
+        "#x".into(),
+        "#\\a".into(),
+        "'".into(),
+        "(. 1)".into(),
+        "(1 . )".into(),
+        "(1 . 2 3)".into(),
+        "(define)".into(),
+        "(define 3 4)".into(),
+        "(lambda)".into(),
+        "(lambda (x))".into(),
+        "(let ((x)) x)".into(),
+        "(cond)".into(),
+        "(cond (#t 1))".into(),
+        "(if 1)".into(),
+        "(quote)".into(),
+        "(include)".into(),
+        "(include 3)".into(),
+        "===> 3".into(),
+        "1 ===>".into(),
+        "\u{0}\u{1}\u{7f}".into(),
+        "(λ (x) x)".into(),
+        "(/ 1 0)".into(),
+        "(log -1)".into(),
+        "(sqrt -1)".into(),
+        "(atan 0 0)".into(),
+        "(bundle 1 2)".into(),
+        "(tangent 1)".into(),
+        "(primal '())".into(),
+        "(perturb (lambda (x) x))".into(),
+        "(unperturb 3)".into(),
+    ];
+    for text in &cases {
+        let o = run_text(text, "");
+        assert!(
+            o.code == Some(0) || o.code == Some(1),
+            "input {:?}\n{}",
+            text.chars().take(60).collect::<String>(),
+            o.describe()
+        );
+        if o.code == Some(1) {
+            assert!(o.stderr.contains("error"), "{}", o.describe());
+        }
+    }
+}
+
+#[test]
+fn errors_inside_forward_primitives_are_reported_at_the_call() {
+    // The forward version of a primitive applied to arguments it rejects: the error happens
+    // inside the evaluator's own definitions of the forward primitives, but must be reported
+    // in the user's file.
+    for text in [
+        "((bundle sqrt (perturb (zero sqrt))) #t)\n",
+        "((bundle = (perturb (zero =))))\n",
+        "((bundle boolean? (perturb (zero boolean?))))\n",
+        "((bundle + (perturb (zero +))) 1)\n",
+    ] {
+        let o = run_text(text, "");
+        assert_eq!(o.code, Some(1), "{text}\n{}", o.describe());
+        assert!(
+            o.stderr.starts_with("prog.vlad:1:"),
+            "{text}\n{}",
+            o.describe()
+        );
+        assert!(has_caret_line(&o.stderr), "{text}\n{}", o.describe());
+    }
+}
+
+#[test]
+fn deep_recursion_runs() {
+    // Non-tail recursion a million deep, and a printed list that long.
+    let o = run_text(
+        "(define (count n) (if (zero? n) 0 (+ 1 (count (- n 1)))))\n\
+         (count 1000000)\n\
+         (define (iota n) (if (zero? n) '() (cons n (iota (- n 1)))))\n\
+         (define (len l) (if (null? l) 0 (+ 1 (len ((lambda ((cons a d)) d) l)))))\n\
+         (len (iota 1000000))\n",
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "1000000\n1000000\n");
+}
+
+#[test]
+fn read_real_reads_stdin() {
+    let o = run_text("(* (read-real) (read-real))\n", "3 4\n");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "12\n");
+    // Numbers may be spread over lines and use any numeral syntax.
+    let o = run_text(
+        "(+ (read-real) (+ (read-real) (read-real)))\n",
+        "1\n  2.5\n\n1e1\n",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "13.5\n");
+}
+
+#[test]
+fn read_real_at_end_of_input_is_an_error() {
+    let o = run_text("(+ 1 2)\n(read-real)\n", "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert_eq!(o.stdout, "3\n");
+    assert!(o.stderr.starts_with("prog.vlad:2:"), "{}", o.describe());
+    let o = run_text("(read-real)\n", "abc\n");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+}
+
+#[test]
+fn max_steps_stops_an_infinite_loop() {
+    let o = vlad_with_steps("(let loop ((i 0)) (loop i))\n", "100000");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert!(o.stderr.contains("error"), "{}", o.describe());
+    // Non-tail infinite recursion too (it also grows the continuation stack).
+    let o = vlad_with_steps("(define (f x) (+ 1 (f x)))\n(f 0)\n", "100000");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    // A program that fits in the budget is unaffected.
+    let o = vlad_with_steps(
+        "(let loop ((i 0)) (if (< i 10) (loop (+ i 1)) i))\n",
+        "100000",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "10\n");
+}
+
+fn vlad_with_steps(text: &str, steps: &str) -> Outcome {
+    let s = Scratch::new();
+    s.file("prog.vlad", text);
+    vlad(&["run", "--max-steps", steps, "prog.vlad"], s.path(), "")
+}
+
+#[test]
+fn check_passes_and_summarises() {
+    let s = Scratch::new();
+    s.file(
+        "prog.vlad",
+        "(define (square x) (* x x))\n\
+         (square 3) ===> 9\n\
+         (+ 0.1 0.2) ===> 0.3\n\
+         '(1 (2 . 3)) ===> (1 (2 . 3))\n\
+         (write 1) ===> (multiform 1 1)\n\
+         (* (read-real) (read-real)) ===> (with-inputs (3 4) 12)\n\
+         (3 4) ===> (error \"procedure\")\n\
+         (+ 1 1) ===> (or 3 2)\n\
+         (square 2)\n",
+    );
+    let o = vlad(&["check", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout.lines().last(),
+        Some("8 passed, 0 failed"),
+        "{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn check_reports_a_failing_assertion() {
+    let s = Scratch::new();
+    s.file(
+        "prog.vlad",
+        "(+ 1 2) ===> 3\n\
+         \n\
+         (+ 1 1) ===> 3\n\
+         (* 2 2) ===> 4\n\
+         (3 4) ===> 5\n",
+    );
+    let o = vlad(&["check", "prog.vlad"], s.path(), "");
+    assert_ne!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout.lines().last(),
+        Some("2 passed, 2 failed"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.stderr.contains("prog.vlad:3:1: "), "{}", o.describe());
+    assert!(o.stderr.contains("prog.vlad:5:1: "), "{}", o.describe());
+    assert!(has_caret_line(&o.stderr), "{}", o.describe());
+}
+
+#[test]
+fn check_with_max_steps_fails_the_looping_assertion_only() {
+    let s = Scratch::new();
+    s.file(
+        "prog.vlad",
+        "(let loop ((i 0)) (loop i)) ===> 0\n\
+         (+ 1 2) ===> 3\n",
+    );
+    let o = vlad(
+        &["check", "--max-steps", "100000", "prog.vlad"],
+        s.path(),
+        "",
+    );
+    assert_ne!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout.lines().last(),
+        Some("1 passed, 1 failed"),
+        "{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn check_reader_error_exits_one() {
+    let s = Scratch::new();
+    s.file("prog.vlad", "(+ 1 2) ===> 3\n(+ 1\n");
+    let o = vlad(&["check", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(1), "{}", o.describe());
+    assert!(
+        o.stderr.starts_with("prog.vlad:2:1: error: "),
+        "{}",
+        o.describe()
+    );
+    assert!(has_caret_line(&o.stderr), "{}", o.describe());
+}

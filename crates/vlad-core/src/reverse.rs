@@ -1,0 +1,492 @@
+//! The reverse transform of paper 003 §4, for our Core.
+//!
+//! `(*j f)` for a closure `f` is a closure over the reverse transform of `f`'s lambda. The
+//! transformed lambda takes a reverse value `x~` and returns `(cons y~ backpropagator)`. Its body
+//! is the original body in A-normal form (conditionals become `if-procedure` on thunks), each
+//! binding computed on reverse values (the *forward phase*), a call also keeping the callee's
+//! backpropagator. The backpropagator takes the sensitivity of the result and runs the bindings
+//! backwards (the *reverse phase*), accumulating sensitivities with `plus`, and returns the
+//! sensitivity-tagged pair `(cons fbar xbar)`: the sensitivities of the closure's environment
+//! (its free variables in canonical order, as a list) and of the argument.
+//!
+//! Two departures from the paper's presentation keep the cost of a backpropagator proportional to
+//! the work of the forward phase:
+//! - a sensitivity variable that has received nothing is not initialised to an explicit zero:
+//!   the transform knows statically which have been assigned, calls whose result sensitivity is
+//!   still zero are skipped, and a zero that must be returned is the lazy
+//!   `(%zero-sensitivity x~)`, which costs O(1) until something looks inside it;
+//! - a closure created from a `letrec` group returns, as `fbar`, sensitivities over the group's
+//!   shared environment; sensitivity flowing into recursive references to the group's own
+//!   procedures is folded back into that environment.
+
+use crate::expr::{Arena, Expr, ExprId, Pattern};
+use crate::transform::{tag_pattern, TransformError};
+use crate::{Datum, Prim, Span, Tag, Tags, Var};
+use std::collections::HashSet;
+use std::rc::Rc;
+
+#[derive(Clone)]
+enum Atom {
+    Var(Var),
+    Const(Datum, Tags),
+    Prim(Prim, Tags),
+}
+
+enum Bind {
+    App(Var, Atom, Atom, Span),
+    Cons(Var, Tags, Atom, Atom),
+    Lambda(Var, ExprId),
+    Letrec(Rc<[(Var, ExprId)]>),
+    Match(Rc<Pattern>, Atom, Span),
+}
+
+/// The tags of the code a lambda belongs to, read off its parameter pattern.
+pub fn pattern_tags(p: &Pattern) -> Tags {
+    match p {
+        Pattern::Var(v) => v.tags,
+        Pattern::Const(_, t) | Pattern::Cons(t, _, _) => *t,
+    }
+}
+
+fn push(t: Tags, tag: Tag) -> Result<Tags, TransformError> {
+    t.push(tag).ok_or(TransformError::TooDeep)
+}
+
+fn tagged(v: Var, tag: Tag) -> Result<Var, TransformError> {
+    Ok(Var {
+        id: v.id,
+        tags: push(v.tags, tag)?,
+    })
+}
+
+/// The zero sensitivity of a constant (before the sensitivity tag).
+fn zero_datum(d: &Datum) -> Datum {
+    match d {
+        Datum::Real(_) => Datum::Real(0.0),
+        Datum::Pair(p) => Datum::Pair(Rc::new((zero_datum(&p.0), zero_datum(&p.1)))),
+        other => other.clone(),
+    }
+}
+
+struct Rev<'a> {
+    arena: &'a mut Arena,
+    /// Original variables whose sensitivity variable has been bound.
+    assigned: HashSet<Var>,
+    /// Original variables this lambda can accumulate into.
+    tracked: HashSet<Var>,
+    /// Reverse-phase bindings, in order.
+    lets: Vec<(Pattern, ExprId)>,
+    /// The code's level, and with the sensitivity tag pushed.
+    ts: Tags,
+}
+
+impl Rev<'_> {
+    fn sens(&self, v: Var) -> Result<Var, TransformError> {
+        tagged(v, Tag::Sensitivity)
+    }
+
+    /// `v-bar += s`.
+    fn accumulate(&mut self, v: Var, s: ExprId) -> Result<(), TransformError> {
+        if !self.tracked.contains(&v) {
+            return Ok(());
+        }
+        let vb = self.sens(v)?;
+        let e = if self.assigned.insert(v) {
+            s
+        } else {
+            let cur = self.arena.mk(Expr::Var(vb));
+            let pair = self.arena.mk(Expr::Cons(Tags::EMPTY, cur, s));
+            let plus = self.arena.mk(Expr::Prim(Prim::Plus, Tags::EMPTY));
+            self.arena.mk(Expr::App(plus, pair, Span::NONE))
+        };
+        self.lets.push((Pattern::Var(vb), e));
+        Ok(())
+    }
+
+    fn accumulate_atom(&mut self, a: &Atom, s: ExprId) -> Result<(), TransformError> {
+        if let Atom::Var(v) = a {
+            self.accumulate(*v, s)?;
+        }
+        Ok(())
+    }
+
+    /// The current sensitivity of `v`: its variable, or a lazy zero shaped like `v`'s value.
+    fn current(&mut self, v: Var) -> Result<ExprId, TransformError> {
+        if self.assigned.contains(&v) {
+            let vb = self.sens(v)?;
+            return Ok(self.arena.mk(Expr::Var(vb)));
+        }
+        let vr = self.arena.mk(Expr::Var(tagged(v, Tag::Reverse)?));
+        let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
+        Ok(self.arena.mk(Expr::App(z, vr, Span::NONE)))
+    }
+
+    /// The sensitivity of a value that was destructured by pattern `p`.
+    fn reconstruct(&mut self, p: &Pattern) -> Result<ExprId, TransformError> {
+        Ok(match p {
+            Pattern::Var(v) => self.current(*v)?,
+            Pattern::Const(d, t) => self
+                .arena
+                .mk(Expr::Const(zero_datum(d), push(*t, Tag::Sensitivity)?)),
+            Pattern::Cons(t, a, b) => {
+                let x = self.reconstruct(a)?;
+                let y = self.reconstruct(b)?;
+                self.arena.mk(Expr::Cons(push(*t, Tag::Sensitivity)?, x, y))
+            }
+        })
+    }
+
+    /// Destructures `s`, the sensitivity of a closure of `lam` over `free`, and accumulates each
+    /// part. The sensitivity is a list tagged like the closure (its parameter's tags), plus the
+    /// sensitivity tag.
+    fn distribute_closure(
+        &mut self,
+        s: ExprId,
+        lam: ExprId,
+        free: &[Var],
+    ) -> Result<(), TransformError> {
+        let tags = match self.arena.get(lam) {
+            Expr::Lambda(p, _, _) => push(pattern_tags(p), Tag::Sensitivity)?,
+            _ => self.ts,
+        };
+        let mut parts = Vec::with_capacity(free.len());
+        let mut pat = Pattern::Const(Datum::Nil, tags);
+        let mut vars = Vec::new();
+        for _ in free {
+            let t = self.arena.fresh_var("env-bar");
+            vars.push(Var {
+                id: t.id,
+                tags: self.ts,
+            });
+        }
+        for v in vars.iter().rev() {
+            pat = Pattern::Cons(tags, Rc::new(Pattern::Var(*v)), Rc::new(pat));
+        }
+        self.lets.push((pat, s));
+        for (y, t) in free.iter().zip(&vars) {
+            let e = self.arena.mk(Expr::Var(*t));
+            parts.push((*y, e));
+        }
+        for (y, e) in parts {
+            self.accumulate(y, e)?;
+        }
+        Ok(())
+    }
+}
+
+impl Arena {
+    fn temp(&mut self, name: &str, tags: Tags) -> Var {
+        let v = self.fresh_var(name);
+        Var { id: v.id, tags }
+    }
+
+    fn atom_reverse(&mut self, a: &Atom) -> Result<ExprId, TransformError> {
+        Ok(match a {
+            Atom::Var(v) => self.mk(Expr::Var(tagged(*v, Tag::Reverse)?)),
+            Atom::Const(d, t) => self.mk(Expr::Const(d.clone(), push(*t, Tag::Reverse)?)),
+            Atom::Prim(p, t) => self.mk(Expr::Prim(*p, push(*t, Tag::Reverse)?)),
+        })
+    }
+
+    /// A-normal form of `e` at level `t`, appending bindings; returns the result atom.
+    fn anf(&mut self, e: ExprId, t: Tags, out: &mut Vec<Bind>) -> Atom {
+        match self.get(e).clone() {
+            Expr::Var(v) => Atom::Var(v),
+            Expr::Const(d, ts) => Atom::Const(d, ts),
+            Expr::Prim(p, ts) => Atom::Prim(p, ts),
+            Expr::App(f, a, sp) => {
+                let f = self.anf(f, t, out);
+                let a = self.anf(a, t, out);
+                let x = self.temp("call", t);
+                out.push(Bind::App(x, f, a, sp));
+                Atom::Var(x)
+            }
+            Expr::Cons(ts, a, b) => {
+                let a = self.anf(a, t, out);
+                let b = self.anf(b, t, out);
+                let x = self.temp("pair", t);
+                out.push(Bind::Cons(x, ts, a, b));
+                Atom::Var(x)
+            }
+            Expr::Lambda(..) => {
+                let x = self.temp("closure", t);
+                out.push(Bind::Lambda(x, e));
+                Atom::Var(x)
+            }
+            Expr::Letrec(bs, body) => {
+                out.push(Bind::Letrec(bs));
+                self.anf(body, t, out)
+            }
+            Expr::Let(p, x, body, sp) => {
+                let a = self.anf(x, t, out);
+                out.push(Bind::Match(p, a, sp));
+                self.anf(body, t, out)
+            }
+            Expr::If(c, a, b) => {
+                // (if c a b) = (if-procedure c (lambda () a) (lambda () b))
+                let c = self.anf(c, t, out);
+                let unit = Rc::new(Pattern::Const(Datum::Nil, t));
+                let la = self.mk(Expr::Lambda(unit.clone(), a, Span::NONE));
+                let lb = self.mk(Expr::Lambda(unit, b, Span::NONE));
+                let (xa, xb) = (self.temp("then", t), self.temp("else", t));
+                out.push(Bind::Lambda(xa, la));
+                out.push(Bind::Lambda(xb, lb));
+                let branches = self.temp("branches", t);
+                out.push(Bind::Cons(branches, t, Atom::Var(xa), Atom::Var(xb)));
+                let args = self.temp("if-args", t);
+                out.push(Bind::Cons(args, t, c, Atom::Var(branches)));
+                let x = self.temp("if", t);
+                out.push(Bind::App(
+                    x,
+                    Atom::Prim(Prim::IfProcedure, t),
+                    Atom::Var(args),
+                    Span::NONE,
+                ));
+                Atom::Var(x)
+            }
+        }
+    }
+
+    /// The reverse transform of `lam`, a member of a letrec group with these `names` whose
+    /// shared environment is `group_free` (a plain lambda: no names, its own free variables).
+    pub fn reverse_transform(
+        &mut self,
+        lam: ExprId,
+        names: &[Var],
+        group_free: &[Var],
+    ) -> Result<ExprId, TransformError> {
+        if let Some(t) = self.transformed.get(&(lam, Tag::Reverse)) {
+            return Ok(*t);
+        }
+        let Expr::Lambda(p, body, span) = self.get(lam).clone() else {
+            unreachable!("only lambdas are reverse-transformed")
+        };
+        let t = self.code_level(lam);
+        let ts = push(t, Tag::Sensitivity)?;
+        let mut binds = Vec::new();
+        let result = self.anf(body, t, &mut binds);
+
+        // Forward phase.
+        enum Wrap {
+            Let(Pattern, ExprId, Span),
+            Letrec(Vec<(Var, ExprId)>),
+        }
+        let mut wraps = Vec::new();
+        let mut backprops = Vec::new();
+        let mut tracked: HashSet<Var> = group_free.iter().chain(names).copied().collect();
+        let mut pvars = Vec::new();
+        p.vars(&mut pvars);
+        tracked.extend(pvars);
+        for b in &binds {
+            match b {
+                Bind::App(x, f, a, sp) => {
+                    tracked.insert(*x);
+                    let bp = self.temp("backprop", t);
+                    backprops.push(bp);
+                    let (fe, ae) = (self.atom_reverse(f)?, self.atom_reverse(a)?);
+                    let call = self.mk(Expr::App(fe, ae, *sp));
+                    let pat = Pattern::Cons(
+                        t,
+                        Rc::new(Pattern::Var(tagged(*x, Tag::Reverse)?)),
+                        Rc::new(Pattern::Var(bp)),
+                    );
+                    wraps.push(Wrap::Let(pat, call, *sp));
+                }
+                Bind::Cons(x, tags, a, b2) => {
+                    tracked.insert(*x);
+                    let (ae, be) = (self.atom_reverse(a)?, self.atom_reverse(b2)?);
+                    let e = self.mk(Expr::Cons(push(*tags, Tag::Reverse)?, ae, be));
+                    wraps.push(Wrap::Let(
+                        Pattern::Var(tagged(*x, Tag::Reverse)?),
+                        e,
+                        Span::NONE,
+                    ));
+                }
+                Bind::Lambda(x, l) => {
+                    tracked.insert(*x);
+                    let free = self.free_vars(*l);
+                    let e = self.reverse_transform(*l, &[], &free)?;
+                    wraps.push(Wrap::Let(
+                        Pattern::Var(tagged(*x, Tag::Reverse)?),
+                        e,
+                        Span::NONE,
+                    ));
+                }
+                Bind::Letrec(bs) => {
+                    let ns: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
+                    tracked.extend(ns.iter().copied());
+                    let gfree = self.group_free(bs);
+                    let mut nbs = Vec::with_capacity(bs.len());
+                    for (v, l) in bs.iter() {
+                        nbs.push((
+                            tagged(*v, Tag::Reverse)?,
+                            self.reverse_transform(*l, &ns, &gfree)?,
+                        ));
+                    }
+                    wraps.push(Wrap::Letrec(nbs));
+                }
+                Bind::Match(pat, a, sp) => {
+                    let mut vs = Vec::new();
+                    pat.vars(&mut vs);
+                    tracked.extend(vs);
+                    let e = self.atom_reverse(a)?;
+                    wraps.push(Wrap::Let(tag_pattern(pat, Tag::Reverse)?, e, *sp));
+                }
+            }
+        }
+
+        // Reverse phase, inside the backpropagator.
+        let sy = self.temp("result-bar", t);
+        let mut rev = Rev {
+            arena: self,
+            assigned: HashSet::new(),
+            tracked,
+            lets: Vec::new(),
+            ts,
+        };
+        let sye = rev.arena.mk(Expr::Var(sy));
+        rev.accumulate_atom(&result, sye)?;
+        let mut bp_iter = backprops.iter().rev();
+        for b in binds.iter().rev() {
+            match b {
+                Bind::App(x, f, a, _) => {
+                    let bp = *bp_iter.next().expect("one backpropagator per call");
+                    if !rev.assigned.contains(x) {
+                        continue;
+                    }
+                    let s = rev.current(*x)?;
+                    let bpe = rev.arena.mk(Expr::Var(bp));
+                    let call = rev.arena.mk(Expr::App(bpe, s, Span::NONE));
+                    let (fb, ab) = (rev.arena.temp("f-bar", ts), rev.arena.temp("x-bar", ts));
+                    let pat =
+                        Pattern::Cons(ts, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ab)));
+                    rev.lets.push((pat, call));
+                    let (fbe, abe) = (rev.arena.mk(Expr::Var(fb)), rev.arena.mk(Expr::Var(ab)));
+                    rev.accumulate_atom(f, fbe)?;
+                    rev.accumulate_atom(a, abe)?;
+                }
+                Bind::Cons(x, tags, a, b2) => {
+                    if !rev.assigned.contains(x) {
+                        continue;
+                    }
+                    let s = rev.current(*x)?;
+                    let st = push(*tags, Tag::Sensitivity)?;
+                    let (u, w) = (rev.arena.temp("car-bar", ts), rev.arena.temp("cdr-bar", ts));
+                    rev.lets.push((
+                        Pattern::Cons(st, Rc::new(Pattern::Var(u)), Rc::new(Pattern::Var(w))),
+                        s,
+                    ));
+                    let (ue, we) = (rev.arena.mk(Expr::Var(u)), rev.arena.mk(Expr::Var(w)));
+                    rev.accumulate_atom(a, ue)?;
+                    rev.accumulate_atom(b2, we)?;
+                }
+                Bind::Lambda(x, l) => {
+                    if !rev.assigned.contains(x) {
+                        continue;
+                    }
+                    let s = rev.current(*x)?;
+                    let free = rev.arena.free_vars(*l);
+                    rev.distribute_closure(s, *l, &free)?;
+                }
+                Bind::Letrec(bs) => {
+                    let gfree = rev.arena.group_free(bs);
+                    for (n, l) in bs.iter() {
+                        if rev.assigned.contains(n) {
+                            let s = rev.current(*n)?;
+                            rev.distribute_closure(s, *l, &gfree)?;
+                        }
+                    }
+                }
+                Bind::Match(pat, a, _) => {
+                    let mut vs = Vec::new();
+                    pat.vars(&mut vs);
+                    if vs.iter().any(|v| rev.assigned.contains(v)) {
+                        let s = rev.reconstruct(pat)?;
+                        rev.accumulate_atom(a, s)?;
+                    }
+                }
+            }
+        }
+        // Sensitivity that reached the group's own procedures belongs to the shared environment.
+        for n in names {
+            if rev.assigned.contains(n) {
+                let s = rev.current(*n)?;
+                rev.distribute_closure(s, lam, group_free)?;
+            }
+        }
+        // The environment's sensitivity is a list tagged like this lambda's closures.
+        let env_tags = push(pattern_tags(&p), Tag::Sensitivity)?;
+        let mut fbar = rev.arena.mk(Expr::Const(Datum::Nil, env_tags));
+        for y in group_free.iter().rev() {
+            let s = rev.current(*y)?;
+            fbar = rev.arena.mk(Expr::Cons(env_tags, s, fbar));
+        }
+        let xbar = rev.reconstruct(&p)?;
+        let mut acc = rev.arena.mk(Expr::Cons(ts, fbar, xbar));
+        let lets = std::mem::take(&mut rev.lets);
+        for (pat, e) in lets.into_iter().rev() {
+            acc = self.mk(Expr::Let(Rc::new(pat), e, acc, Span::NONE));
+        }
+        let bp = self.mk(Expr::Lambda(Rc::new(Pattern::Var(sy)), acc, span));
+
+        // The transformed body: forward phase, then (cons y~ backpropagator).
+        let r = self.atom_reverse(&result)?;
+        let mut acc = self.mk(Expr::Cons(t, r, bp));
+        for w in wraps.into_iter().rev() {
+            acc = match w {
+                Wrap::Let(pat, e, sp) => self.mk(Expr::Let(Rc::new(pat), e, acc, sp)),
+                Wrap::Letrec(bs) => self.mk(Expr::Letrec(bs.into(), acc)),
+            };
+        }
+        let out = self.mk(Expr::Lambda(
+            Rc::new(tag_pattern(&p, Tag::Reverse)?),
+            acc,
+            span,
+        ));
+        self.transformed.insert((lam, Tag::Reverse), out);
+        self.origin.insert(out, (Tag::Reverse, lam));
+        Ok(out)
+    }
+
+    /// The level of the operations in a lambda's body: the tags its `cons`, constants and
+    /// primitives carry. A structural transform pushes its tag on it; the reverse transform keeps
+    /// the level (its body computes on reverse values with the original operations' transformed
+    /// versions, and builds its result pair and sensitivities at the original level). A lambda's
+    /// parameter tags, which give the tags of its closures as values, can therefore differ.
+    pub fn code_level(&self, lam: ExprId) -> Tags {
+        let mut chain = Vec::new();
+        let mut l = lam;
+        while let Some(&(tag, orig)) = self.origin.get(&l) {
+            chain.push(tag);
+            l = orig;
+        }
+        let mut t = match self.base_level.get(&l) {
+            Some(t) => *t,
+            None => match self.get(l) {
+                Expr::Lambda(p, _, _) => pattern_tags(p),
+                _ => Tags::EMPTY,
+            },
+        };
+        for tag in chain.into_iter().rev() {
+            if tag != Tag::Reverse {
+                t = t.push(tag).unwrap_or(t);
+            }
+        }
+        t
+    }
+
+    /// The shared environment of a letrec group: its lambdas' free variables minus its names.
+    pub fn group_free(&mut self, bs: &[(Var, ExprId)]) -> Vec<Var> {
+        let mut free: Vec<Var> = Vec::new();
+        for (_, l) in bs {
+            free.extend(
+                self.free_vars(*l)
+                    .iter()
+                    .filter(|v| !bs.iter().any(|(n, _)| n == *v)),
+            );
+        }
+        free.sort();
+        free.dedup();
+        free
+    }
+}
