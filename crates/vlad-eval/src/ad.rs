@@ -172,14 +172,43 @@ const REARRANGING: &[Prim] = &[
 
 /// Memo of one structural map, keyed by the address of shared structure.
 #[derive(Default)]
-struct Memo(HashMap<(usize, usize), Value>);
+struct Memo(HashMap<(usize, usize), Value, std::hash::BuildHasherDefault<AddrHasher>>);
 
+/// A hasher for pairs of addresses: the memo is on the hot path of every AD operator, and
+/// addresses need no protection against adversarial collisions.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// The memo key of a value: the address of its shared cell. A cell with one owner cannot be
+/// reached twice in one traversal unless an ancestor is (and the ancestor's memo entry catches
+/// that), so only cells with several owners are memoised: scalars and unshared pairs, the
+/// common case in arithmetic, skip the table entirely.
 fn addr(v: &Value) -> Option<usize> {
+    fn shared<T>(rc: &Rc<T>) -> Option<usize> {
+        (Rc::strong_count(rc) > 1).then(|| Rc::as_ptr(rc) as *const () as usize)
+    }
     match v {
-        Value::Pair(p) => Some(Rc::as_ptr(p) as *const () as usize),
-        Value::Closure(c) => Some(Rc::as_ptr(c) as *const () as usize),
-        Value::Bundle(b) => Some(Rc::as_ptr(b) as *const () as usize),
-        Value::Tagged(t) => Some(Rc::as_ptr(t) as *const () as usize),
+        Value::Pair(p) => shared(p),
+        Value::Closure(c) => shared(c),
+        Value::Bundle(b) => shared(b),
+        Value::Tagged(t) => shared(t),
         _ => None,
     }
 }

@@ -29,7 +29,7 @@ impl Input {
         match self {
             Input::Queue(q) => q
                 .pop_front()
-                .ok_or_else(|| "read-real: no more input".to_string()),
+                .ok_or_else(|| "read-real: end of input".to_string()),
             Input::Stdin { pending } => loop {
                 if let Some(tok) = pending.pop_front() {
                     return vlad_syntax::number::parse_number(&tok)

@@ -95,7 +95,9 @@ impl Evaluator {
         let e = |m: String| EvalError::new(span, m);
         // Lazy zero sensitivities are computed before a primitive inspects its argument (the AD
         // operators handle them themselves).
-        let arg = if !crate::ad::is_ad_prim(p) {
+        // (Only the top two levels are looked at: that is where a primitive's operands are;
+        // `write` materialises the whole value when it prints it.)
+        let arg = if !crate::ad::is_ad_prim(p) && shallow_zero(&arg) {
             self.materialize(&arg, span)?
         } else {
             arg
@@ -157,5 +159,19 @@ impl Evaluator {
             _ => return self.apply_ad_prim(p, arg, span).map(Outcome::Value),
         };
         Ok(Outcome::Value(v))
+    }
+}
+
+/// Is there a lazy zero among the top two levels of `v`?
+fn shallow_zero(v: &Value) -> bool {
+    let is_zero = |v: &Value| matches!(v, Value::Zero(_));
+    match v {
+        Value::Zero(_) => true,
+        Value::Pair(p) => {
+            is_zero(&p.car)
+                || is_zero(&p.cdr)
+                || matches!(&p.cdr, Value::Pair(q) if is_zero(&q.car) || is_zero(&q.cdr))
+        }
+        _ => false,
     }
 }

@@ -179,11 +179,22 @@ fn drain(mut work: Vec<Value>) {
     }
 }
 
+/// Would dropping `v` free a cell that owns further values (and so recurse)?
+fn owns_chain(v: &Value) -> bool {
+    match v {
+        Value::Pair(rc) => Rc::strong_count(rc) == 1,
+        Value::Closure(rc) => Rc::strong_count(rc) == 1 && Rc::strong_count(&rc.env) == 1,
+        Value::Bundle(rc) => Rc::strong_count(rc) == 1,
+        Value::Tagged(rc) => Rc::strong_count(rc) == 1,
+        Value::Zero(rc) => Rc::strong_count(rc) == 1,
+        _ => false,
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
-        if matches!(self.car, Value::Nil | Value::Real(_))
-            && matches!(self.cdr, Value::Nil | Value::Real(_))
-        {
+        // The common case frees no chain: let the fields drop normally.
+        if !owns_chain(&self.car) && !owns_chain(&self.cdr) {
             return;
         }
         drain(vec![
@@ -195,6 +206,9 @@ impl Drop for Pair {
 
 impl Drop for Env {
     fn drop(&mut self) {
+        if !self.0.iter().any(owns_chain) {
+            return;
+        }
         if !self.0.is_empty() {
             drain(std::mem::take(&mut self.0));
         }
@@ -203,6 +217,9 @@ impl Drop for Env {
 
 impl Drop for Bundle {
     fn drop(&mut self) {
+        if !owns_chain(&self.primal) && !owns_chain(&self.tangent) {
+            return;
+        }
         drain(vec![
             std::mem::replace(&mut self.primal, Value::Nil),
             std::mem::replace(&mut self.tangent, Value::Nil),
@@ -212,6 +229,9 @@ impl Drop for Bundle {
 
 impl Drop for Tagged {
     fn drop(&mut self) {
+        if !owns_chain(&self.value) {
+            return;
+        }
         drain(vec![std::mem::replace(&mut self.value, Value::Nil)]);
     }
 }

@@ -381,6 +381,8 @@ impl<'a> Expander<'a> {
             for (p, _, _) in &bindings {
                 pats.push(self.pattern(p)?);
             }
+            let ps: Vec<&Sexp> = bindings.iter().map(|(p, _, _)| *p).collect();
+            self.no_duplicates(mark, &ps)?;
             let mut acc = self.expr(body)?;
             for ((pat, init), (_, _, bspan)) in pats.into_iter().zip(inits).zip(&bindings).rev() {
                 acc = self.mk(Expr::Let(Rc::new(pat), init, acc, *bspan));
@@ -420,7 +422,7 @@ impl<'a> Expander<'a> {
         for (i, (n, _)) in bound.iter().enumerate() {
             if bound[..i].iter().any(|(m, _)| m == n) {
                 let at = params.first().map(|p| p.span).unwrap_or(Span::NONE);
-                return err(at, format!("the parameter `{n}` is bound twice"));
+                return err(at, format!("`{n}` is bound twice"));
             }
         }
         Ok(())

@@ -235,11 +235,16 @@ pub fn build(arena: &mut Arena, forms: &[TopForm]) -> Result<Vec<TopExpr>, Diagn
                 });
             }
             TopForm::Expr { form, expected } => {
+                // An expression sees the definitions made so far: a name defined only later
+                // (say, a redefined primitive) still means what it meant here.
+                let all = ex.globals.clone();
+                ex.globals.retain(|_, v| defs.iter().any(|d| d.var == *v));
                 let core = if form.is_form("multiform") {
                     multiform(&mut ex, &defs, form)
                 } else {
                     ex.expr(form).and_then(|e| close(&mut ex, &defs, e))
                 };
+                ex.globals = all;
                 out.push(TopExpr {
                     span: form.span,
                     core,
