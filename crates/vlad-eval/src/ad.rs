@@ -202,7 +202,7 @@ impl std::hash::Hasher for AddrHasher {
 /// common case in arithmetic, skip the table entirely.
 fn addr(v: &Value) -> Option<usize> {
     fn shared<T>(rc: &Rc<T>) -> Option<usize> {
-        (Rc::strong_count(rc) > 1).then(|| Rc::as_ptr(rc) as *const () as usize)
+        (Rc::strong_count(rc) > 1).then_some(Rc::as_ptr(rc) as *const () as usize)
     }
     match v {
         Value::Pair(p) => shared(p),
