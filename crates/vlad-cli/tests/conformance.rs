@@ -2,13 +2,16 @@
 //! `tests/fixtures/`, which holds inputs for other tests) and `examples/`.
 //!
 //! One test per directory; each checks every file it finds and fails with the list of all
-//! failing files and what `vlad check` reported for them, so one run shows every failure.
+//! failing files and what `vlad check` reported for them, so one run shows every failure. Files
+//! run in parallel; one that runs past `VLAD_CHECK_TIMEOUT_SECS` (default 600) is killed and
+//! counts as failed.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -40,29 +43,67 @@ fn vlad_files(dir: &Path, exclude: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// Runs `vlad check` on one file; `Some(report)` if it failed.
+/// How long one file may take before it counts as hung: `VLAD_CHECK_TIMEOUT_SECS`, or 600 s.
+fn deadline() -> Duration {
+    let secs = std::env::var("VLAD_CHECK_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    Duration::from_secs(secs)
+}
+
+/// Runs `vlad check` on one file; `Some(report)` if it failed or ran past the deadline.
 fn check_one(root: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(root).unwrap_or(file);
     let start = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_vlad"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
         .arg("check")
         .arg(rel)
         .current_dir(root)
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run vlad");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let limit = deadline();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for vlad") {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let secs = start.elapsed().as_secs_f64();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = out.join().expect("stdout reader");
+    let stderr = err.join().expect("stderr reader");
     let summary = stdout.lines().last().unwrap_or("no summary");
-    if !out.status.success() || stderr.contains("panicked") {
-        Some(format!(
-            "--- {} ({}; {summary}; {secs:.1} s)\n{stderr}",
-            rel.display(),
-            out.status
-        ))
-    } else {
-        eprintln!("ok {} ({summary}; {secs:.1} s)", rel.display());
-        None
+    match status {
+        None => Some(format!(
+            "--- {} (killed after {secs:.0} s: did not finish within {limit:?}; \
+             set VLAD_CHECK_TIMEOUT_SECS to allow more)\n{stderr}",
+            rel.display()
+        )),
+        Some(st) if !st.success() || stderr.contains("panicked") => Some(format!(
+            "--- {} ({st}; {summary}; {secs:.1} s)\n{stderr}",
+            rel.display()
+        )),
+        Some(_) => {
+            eprintln!("ok {} ({summary}; {secs:.1} s)", rel.display());
+            None
+        }
     }
 }
 

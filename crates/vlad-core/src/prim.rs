@@ -68,6 +68,7 @@ prims! {
     // them (`from_name` skips them).
     ZeroSensR => "%zero-sensitivity",
     SZero => "%sensitivity-zero",
+    ShallowPrimal => "%shallow-primal",
 }
 
 impl Prim {
@@ -86,7 +87,7 @@ impl Prim {
 
     /// Internal primitives are not visible to programs.
     pub fn is_internal(self) -> bool {
-        matches!(self, Prim::ZeroSensR | Prim::SZero)
+        matches!(self, Prim::ZeroSensR | Prim::SZero | Prim::ShallowPrimal)
     }
 
     /// Unary real functions R -> R.

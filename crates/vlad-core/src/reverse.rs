@@ -22,7 +22,7 @@
 use crate::expr::{Arena, Expr, ExprId, Pattern};
 use crate::transform::{tag_pattern, TransformError};
 use crate::{Datum, Prim, Span, Tag, Tags, Var};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 #[derive(Clone)]
@@ -70,8 +70,10 @@ fn zero_datum(d: &Datum) -> Datum {
 
 struct Rev<'a> {
     arena: &'a mut Arena,
-    /// Original variables whose sensitivity variable has been bound.
-    assigned: HashSet<Var>,
+    /// The variable currently holding each original variable's sensitivity, for those that have
+    /// received any. Every accumulation binds a fresh variable: the generated code must itself
+    /// have unique binders, because it may be reverse-transformed in turn (nested reverse mode).
+    assigned: HashMap<Var, Var>,
     /// Original variables this lambda can accumulate into.
     tracked: HashSet<Var>,
     /// Reverse-phase bindings, in order.
@@ -81,24 +83,22 @@ struct Rev<'a> {
 }
 
 impl Rev<'_> {
-    fn sens(&self, v: Var) -> Result<Var, TransformError> {
-        tagged(v, Tag::Sensitivity)
-    }
-
     /// `v-bar += s`.
     fn accumulate(&mut self, v: Var, s: ExprId) -> Result<(), TransformError> {
         if !self.tracked.contains(&v) {
             return Ok(());
         }
-        let vb = self.sens(v)?;
-        let e = if self.assigned.insert(v) {
-            s
-        } else {
-            let cur = self.arena.mk(Expr::Var(vb));
-            let pair = self.arena.mk(Expr::Cons(Tags::EMPTY, cur, s));
-            let plus = self.arena.mk(Expr::Prim(Prim::Plus, Tags::EMPTY));
-            self.arena.mk(Expr::App(plus, pair, Span::NONE))
+        let e = match self.assigned.get(&v) {
+            None => s,
+            Some(cur) => {
+                let cur = self.arena.mk(Expr::Var(*cur));
+                let pair = self.arena.mk(Expr::Cons(Tags::EMPTY, cur, s));
+                let plus = self.arena.mk(Expr::Prim(Prim::Plus, Tags::EMPTY));
+                self.arena.mk(Expr::App(plus, pair, Span::NONE))
+            }
         };
+        let vb = self.arena.temp("bar", self.ts);
+        self.assigned.insert(v, vb);
         self.lets.push((Pattern::Var(vb), e));
         Ok(())
     }
@@ -112,8 +112,8 @@ impl Rev<'_> {
 
     /// The current sensitivity of `v`: its variable, or a lazy zero shaped like `v`'s value.
     fn current(&mut self, v: Var) -> Result<ExprId, TransformError> {
-        if self.assigned.contains(&v) {
-            let vb = self.sens(v)?;
+        if let Some(vb) = self.assigned.get(&v) {
+            let vb = *vb;
             return Ok(self.arena.mk(Expr::Var(vb)));
         }
         let vr = self.arena.mk(Expr::Var(tagged(v, Tag::Reverse)?));
@@ -263,6 +263,10 @@ impl Arena {
         };
         let t = self.code_level(lam);
         let ts = push(t, Tag::Sensitivity)?;
+        // The calling convention's pairs are plain whatever the code's level: a reverse procedure
+        // returns `(cons y~ backpropagator)`, a backpropagator `(sensitize (cons fbar xbar))`
+        // (paper 003 §4: the transform introduces them, it does not transform them).
+        let conv_s = push(Tags::EMPTY, Tag::Sensitivity)?;
         let mut binds = Vec::new();
         let result = self.anf(body, t, &mut binds);
 
@@ -286,7 +290,7 @@ impl Arena {
                     let (fe, ae) = (self.atom_reverse(f)?, self.atom_reverse(a)?);
                     let call = self.mk(Expr::App(fe, ae, *sp));
                     let pat = Pattern::Cons(
-                        t,
+                        Tags::EMPTY,
                         Rc::new(Pattern::Var(tagged(*x, Tag::Reverse)?)),
                         Rc::new(Pattern::Var(bp)),
                     );
@@ -336,10 +340,12 @@ impl Arena {
         }
 
         // Reverse phase, inside the backpropagator.
-        let sy = self.temp("result-bar", t);
+        // The backpropagator is a plain procedure (its parameter untagged, so it applies to any
+        // sensitivity) whose code is at this lambda's level.
+        let sy = self.temp("result-bar", Tags::EMPTY);
         let mut rev = Rev {
             arena: self,
-            assigned: HashSet::new(),
+            assigned: HashMap::new(),
             tracked,
             lets: Vec::new(),
             ts,
@@ -351,7 +357,7 @@ impl Arena {
             match b {
                 Bind::App(x, f, a, _) => {
                     let bp = *bp_iter.next().expect("one backpropagator per call");
-                    if !rev.assigned.contains(x) {
+                    if !rev.assigned.contains_key(x) {
                         continue;
                     }
                     let s = rev.current(*x)?;
@@ -359,14 +365,14 @@ impl Arena {
                     let call = rev.arena.mk(Expr::App(bpe, s, Span::NONE));
                     let (fb, ab) = (rev.arena.temp("f-bar", ts), rev.arena.temp("x-bar", ts));
                     let pat =
-                        Pattern::Cons(ts, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ab)));
+                        Pattern::Cons(conv_s, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ab)));
                     rev.lets.push((pat, call));
                     let (fbe, abe) = (rev.arena.mk(Expr::Var(fb)), rev.arena.mk(Expr::Var(ab)));
                     rev.accumulate_atom(f, fbe)?;
                     rev.accumulate_atom(a, abe)?;
                 }
                 Bind::Cons(x, tags, a, b2) => {
-                    if !rev.assigned.contains(x) {
+                    if !rev.assigned.contains_key(x) {
                         continue;
                     }
                     let s = rev.current(*x)?;
@@ -381,7 +387,7 @@ impl Arena {
                     rev.accumulate_atom(b2, we)?;
                 }
                 Bind::Lambda(x, l) => {
-                    if !rev.assigned.contains(x) {
+                    if !rev.assigned.contains_key(x) {
                         continue;
                     }
                     let s = rev.current(*x)?;
@@ -391,7 +397,7 @@ impl Arena {
                 Bind::Letrec(bs) => {
                     let gfree = rev.arena.group_free(bs);
                     for (n, l) in bs.iter() {
-                        if rev.assigned.contains(n) {
+                        if rev.assigned.contains_key(n) {
                             let s = rev.current(*n)?;
                             rev.distribute_closure(s, *l, &gfree)?;
                         }
@@ -400,7 +406,7 @@ impl Arena {
                 Bind::Match(pat, a, _) => {
                     let mut vs = Vec::new();
                     pat.vars(&mut vs);
-                    if vs.iter().any(|v| rev.assigned.contains(v)) {
+                    if vs.iter().any(|v| rev.assigned.contains_key(v)) {
                         let s = rev.reconstruct(pat)?;
                         rev.accumulate_atom(a, s)?;
                     }
@@ -409,7 +415,7 @@ impl Arena {
         }
         // Sensitivity that reached the group's own procedures belongs to the shared environment.
         for n in names {
-            if rev.assigned.contains(n) {
+            if rev.assigned.contains_key(n) {
                 let s = rev.current(*n)?;
                 rev.distribute_closure(s, lam, group_free)?;
             }
@@ -422,16 +428,17 @@ impl Arena {
             fbar = rev.arena.mk(Expr::Cons(env_tags, s, fbar));
         }
         let xbar = rev.reconstruct(&p)?;
-        let mut acc = rev.arena.mk(Expr::Cons(ts, fbar, xbar));
+        let mut acc = rev.arena.mk(Expr::Cons(conv_s, fbar, xbar));
         let lets = std::mem::take(&mut rev.lets);
         for (pat, e) in lets.into_iter().rev() {
             acc = self.mk(Expr::Let(Rc::new(pat), e, acc, Span::NONE));
         }
         let bp = self.mk(Expr::Lambda(Rc::new(Pattern::Var(sy)), acc, span));
+        self.base_level.insert(bp, t);
 
         // The transformed body: forward phase, then (cons y~ backpropagator).
         let r = self.atom_reverse(&result)?;
-        let mut acc = self.mk(Expr::Cons(t, r, bp));
+        let mut acc = self.mk(Expr::Cons(Tags::EMPTY, r, bp));
         for w in wraps.into_iter().rev() {
             acc = match w {
                 Wrap::Let(pat, e, sp) => self.mk(Expr::Let(Rc::new(pat), e, acc, sp)),
@@ -473,6 +480,12 @@ impl Arena {
             }
         }
         t
+    }
+
+    /// Declares the code level of a lambda whose parameter pattern says otherwise (the prelude's
+    /// transformed primitives: base-level code taking tagged arguments).
+    pub fn set_code_level(&mut self, lam: ExprId, level: Tags) {
+        self.base_level.insert(lam, level);
     }
 
     /// The shared environment of a letrec group: its lambdas' free variables minus its names.

@@ -112,19 +112,23 @@ const REVERSE_PRELUDE: &str = r#"
   (cons (*j (tangent p))
         (lambda (sy) (sensitize (cons '() (bundle (%sensitivity-zero (primal p)) (unsensitize sy)))))))))
 (define if-procedure
-  (lambda (x)
-    (let (((cons c (cons t e)) (*j-inverse x)))
-      (if c
-          (let (((cons y bp) ((*j t) (*j '()))))
-            (cons y
-                  (lambda (sy)
-                    (let (((cons tbar ubar) (unsensitize (bp sy))))
-                      (sensitize (cons '() (cons (%sensitivity-zero c) (cons tbar (%sensitivity-zero e)))))))))
-          (let (((cons y bp) ((*j e) (*j '()))))
-            (cons y
-                  (lambda (sy)
-                    (let (((cons ebar ubar) (unsensitize (bp sy))))
-                      (sensitize (cons '() (cons (%sensitivity-zero c) (cons (%sensitivity-zero t) ebar))))))))))))
+  (lambda ((%reverse-cons c (%reverse-cons t e)))
+    (if c
+        (let (((cons y bp) (t (*j '()))))
+          (cons y (lambda (sy)
+                    (let (((%sensitivity-cons tbar ubar) (bp sy)))
+                      (%sensitivity-cons (sensitize '())
+                        (%sensitivity-cons (%zero-sensitivity c)
+                          (%sensitivity-cons tbar (%zero-sensitivity e))))))))
+        (let (((cons y bp) (e (*j '()))))
+          (cons y (lambda (sy)
+                    (let (((%sensitivity-cons ebar ubar) (bp sy)))
+                      (%sensitivity-cons (sensitize '())
+                        (%sensitivity-cons (%zero-sensitivity c)
+                          (%sensitivity-cons (%zero-sensitivity t) ebar))))))))))
+(define %shallow-primal (lambda (x)
+  (cons (*j (%shallow-primal (*j-inverse x)))
+        (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x))))))
 (define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
   (cons (*j (bundle a t))
         (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
@@ -168,6 +172,7 @@ const REARRANGING: &[Prim] = &[
     Prim::StarJInverse,
     Prim::ZeroSensR,
     Prim::SZero,
+    Prim::ShallowPrimal,
 ];
 
 /// Memo of one structural map, keyed by the address of shared structure.
@@ -316,8 +321,15 @@ impl Evaluator {
                 "(define {} (lambda (x) (let ((p (primal x))) (let ((r {call})) (bundle r (perturb (zero r)))))))\n",
                 p.name()
             ));
+            // A type predicate looks only at the top of its argument: strip one reverse tag
+            // there, not through the whole value (which would cost its size at every test).
+            let unwrap = if p.is_comparison() {
+                "*j-inverse"
+            } else {
+                "%shallow-primal"
+            };
             reverse_text.push_str(&format!(
-                "(define {} (lambda (x) (let ((p (*j-inverse x))) (cons (*j {call}) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))\n",
+                "(define {} (lambda (x) (let ((p ({unwrap} x))) (cons (*j {call}) (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x)))))))\n",
                 p.name()
             ));
         }
@@ -361,11 +373,19 @@ impl Evaluator {
             ex.internal = true;
             let (_, _, mut lam) = ex.define(items, d.span).map_err(|d| internal(d.message))?;
             lam = if prim == Prim::IfProcedure && tag == Tag::Forward {
-                self.arena.transform(lam, tag)
+                self.arena
+                    .transform(lam, tag)
+                    .map_err(|e| internal(e.to_string()))?
             } else {
-                self.arena.retag_parameter(lam, tag)
-            }
-            .map_err(|e| internal(e.to_string()))?;
+                // Base-level code taking `tag` values: its parameter carries the tag (so its
+                // closures are `tag` values), its operations stay at base level.
+                let l = self
+                    .arena
+                    .retag_parameter(lam, tag)
+                    .map_err(|e| internal(e.to_string()))?;
+                self.arena.set_code_level(l, Tags::EMPTY);
+                l
+            };
             let g = self.group(&[], &[lam])?;
             let group = self.code.groups[g as usize].clone();
             self.prim_versions.insert(lam, (tag, prim));
@@ -964,6 +984,34 @@ impl Evaluator {
         }
     }
 
+    /// `*j-inverse` at the top level only: enough for a type predicate, O(1).
+    fn shallow_primal(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        Ok(match v {
+            Value::Tagged(t) if t.tag == Tag::Reverse => t.value.clone(),
+            Value::Pair(p) if p.tags.top() == Some(Tag::Reverse) => {
+                Value::pair(p.tags.pop(), p.car.clone(), p.cdr.clone())
+            }
+            Value::Closure(c) if self.prim_version(c, Tag::Reverse).is_some() => {
+                Value::Prim(self.prim_version(c, Tag::Reverse).expect("checked"))
+            }
+            Value::Closure(c) if c.group.tags.top() == Some(Tag::Reverse) => {
+                match self.untransform_group(&c.group, Tag::Reverse)? {
+                    Some(g) => Value::Closure(Rc::new(Closure {
+                        group: g,
+                        index: c.index,
+                        env: c.env.clone(),
+                    })),
+                    None => return self.err(span, "cannot take this procedure apart"),
+                }
+            }
+            Value::Zero(z) => {
+                let m = self.force_zero(&z.of, span)?;
+                self.shallow_primal(&m, span)?
+            }
+            _ => return self.untag_value(v, Tag::Reverse, span),
+        })
+    }
+
     /// The value with every lazy zero inside it computed (for printing and comparing).
     pub fn materialize(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
         Ok(match v {
@@ -1031,6 +1079,7 @@ impl Evaluator {
             Prim::StarJInverse => self.untag_value(&arg, Tag::Reverse, span),
             Prim::ZeroSensR => Ok(Value::zero_of(arg)),
             Prim::SZero => self.szero(&arg, span),
+            Prim::ShallowPrimal => self.shallow_primal(&arg, span),
             _ => unreachable!("every primitive is implemented"),
         }
     }

@@ -121,6 +121,10 @@ impl<'a> Expander<'a> {
                     if !self.is_bound(head) && SPECIAL_FORMS.contains(&head) {
                         return self.special(head, items, s.span);
                     }
+                    if let (Some(tag), [_, a, b]) = (self.internal_cons(head), items.as_slice()) {
+                        let (a, b) = (self.expr(a)?, self.expr(b)?);
+                        return Ok(self.mk(Expr::Cons(tag, a, b)));
+                    }
                 }
                 let f = self.expr(&items[0])?;
                 let arg = self.args(&items[1..])?;
@@ -416,6 +420,21 @@ impl<'a> Expander<'a> {
         result
     }
 
+    /// In the built-in prelude only: `(%reverse-cons a b)` and `(%sensitivity-cons a b)` build and
+    /// match pairs tagged at one level, which transformed primitives need to take their
+    /// arguments apart without traversing them.
+    fn internal_cons(&self, head: &str) -> Option<Tags> {
+        if !self.internal {
+            return None;
+        }
+        let tag = match head {
+            "%reverse-cons" => vlad_core::Tag::Reverse,
+            "%sensitivity-cons" => vlad_core::Tag::Sensitivity,
+            _ => return None,
+        };
+        Tags::EMPTY.push(tag)
+    }
+
     /// Rejects a parameter list that binds one name twice (the locals pushed since `mark`).
     fn no_duplicates(&self, mark: usize, params: &[&Sexp]) -> R<()> {
         let bound = &self.locals[mark..];
@@ -450,6 +469,12 @@ impl<'a> Expander<'a> {
                         let a = self.pattern(&items[1])?;
                         let b = self.pattern(&items[2])?;
                         Ok(Pattern::Cons(Tags::EMPTY, Rc::new(a), Rc::new(b)))
+                    }
+                    _ if items.len() == 3 && self.internal_cons(head).is_some() => {
+                        let tag = self.internal_cons(head).expect("checked");
+                        let a = self.pattern(&items[1])?;
+                        let b = self.pattern(&items[2])?;
+                        Ok(Pattern::Cons(tag, Rc::new(a), Rc::new(b)))
                     }
                     "cons*" => {
                         let ps = items[1..].iter().map(|p| self.pattern(p)).collect::<R<Vec<_>>>()?;
