@@ -38,6 +38,10 @@ enum Bind {
     Lambda(Var, ExprId),
     Letrec(Rc<[(Var, ExprId)]>),
     Match(Rc<Pattern>, Atom, Span),
+    /// `x = (if c (la) (lb))` with the branches as thunks. Conditionals are transformed directly
+    /// rather than through the reverse `if-procedure`: that one's own code contains an `if`, and
+    /// transforming it through itself would never end.
+    If(Var, Atom, ExprId, ExprId),
 }
 
 /// The tags of the code a lambda belongs to, read off its parameter pattern.
@@ -136,6 +140,80 @@ impl Rev<'_> {
         })
     }
 
+    /// The reverse phase of `x = (if c (la) (lb))`: the backpropagator `bp` of the branch taken
+    /// returns the sensitivity of that thunk's environment; both branches of a conditional in the
+    /// backpropagator widen it to the union of the two environments (a lazy zero for what the
+    /// branch does not use), so one static accumulation follows.
+    fn distribute_branch(
+        &mut self,
+        s: ExprId,
+        bp: Var,
+        c: &Atom,
+        la: ExprId,
+        lb: ExprId,
+        conv_s: Tags,
+    ) -> Result<(), TransformError> {
+        let mut union: Vec<Var> = self.arena.free_vars(la).to_vec();
+        union.extend(self.arena.free_vars(lb).iter().copied());
+        union.sort();
+        union.dedup();
+        let mut branches = Vec::new();
+        for l in [la, lb] {
+            let free = self.arena.free_vars(l);
+            let (fb, ub) = (
+                self.arena.temp("f-bar", self.ts),
+                self.arena.temp("unit-bar", self.ts),
+            );
+            let bpe = self.arena.mk(Expr::Var(bp));
+            let call = self.arena.mk(Expr::App(bpe, s, Span::NONE));
+            let parts: Vec<Var> = free
+                .iter()
+                .map(|_| self.arena.temp("env-bar", self.ts))
+                .collect();
+            let mut list_pat = Pattern::Const(Datum::Nil, self.ts);
+            for v in parts.iter().rev() {
+                list_pat = Pattern::Cons(self.ts, Rc::new(Pattern::Var(*v)), Rc::new(list_pat));
+            }
+            let mut widened = self.arena.mk(Expr::Const(Datum::Nil, self.ts));
+            for y in union.iter().rev() {
+                let item = match free.iter().position(|f| f == y) {
+                    Some(k) => self.arena.mk(Expr::Var(parts[k])),
+                    None => {
+                        let yr = self.arena.mk(Expr::Var(tagged(*y, Tag::Reverse)?));
+                        let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
+                        self.arena.mk(Expr::App(z, yr, Span::NONE))
+                    }
+                };
+                widened = self.arena.mk(Expr::Cons(self.ts, item, widened));
+            }
+            let fbe = self.arena.mk(Expr::Var(fb));
+            let inner = self
+                .arena
+                .mk(Expr::Let(Rc::new(list_pat), fbe, widened, Span::NONE));
+            let pair = Pattern::Cons(conv_s, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ub)));
+            branches.push(
+                self.arena
+                    .mk(Expr::Let(Rc::new(pair), call, inner, Span::NONE)),
+            );
+        }
+        let ce = self.arena.atom_reverse(c)?;
+        let choose = self.arena.mk(Expr::If(ce, branches[0], branches[1]));
+        let us: Vec<Var> = union
+            .iter()
+            .map(|_| self.arena.temp("branch-bar", self.ts))
+            .collect();
+        let mut pat = Pattern::Const(Datum::Nil, self.ts);
+        for u in us.iter().rev() {
+            pat = Pattern::Cons(self.ts, Rc::new(Pattern::Var(*u)), Rc::new(pat));
+        }
+        self.lets.push((pat, choose));
+        for (y, u) in union.iter().zip(&us) {
+            let e = self.arena.mk(Expr::Var(*u));
+            self.accumulate(*y, e)?;
+        }
+        Ok(())
+    }
+
     /// Destructures `s`, the sensitivity of a closure of `lam` over `free`, and accumulates each
     /// part. The sensitivity is a list tagged like the closure (its parameter's tags), plus the
     /// sensitivity tag.
@@ -223,25 +301,12 @@ impl Arena {
                 self.anf(body, t, out)
             }
             Expr::If(c, a, b) => {
-                // (if c a b) = (if-procedure c (lambda () a) (lambda () b))
                 let c = self.anf(c, t, out);
                 let unit = Rc::new(Pattern::Const(Datum::Nil, t));
                 let la = self.mk(Expr::Lambda(unit.clone(), a, Span::NONE));
                 let lb = self.mk(Expr::Lambda(unit, b, Span::NONE));
-                let (xa, xb) = (self.temp("then", t), self.temp("else", t));
-                out.push(Bind::Lambda(xa, la));
-                out.push(Bind::Lambda(xb, lb));
-                let branches = self.temp("branches", t);
-                out.push(Bind::Cons(branches, t, Atom::Var(xa), Atom::Var(xb)));
-                let args = self.temp("if-args", t);
-                out.push(Bind::Cons(args, t, c, Atom::Var(branches)));
                 let x = self.temp("if", t);
-                out.push(Bind::App(
-                    x,
-                    Atom::Prim(Prim::IfProcedure, t),
-                    Atom::Var(args),
-                    Span::NONE,
-                ));
+                out.push(Bind::If(x, c, la, lb));
                 Atom::Var(x)
             }
         }
@@ -315,6 +380,26 @@ impl Arena {
                         e,
                         Span::NONE,
                     ));
+                }
+                Bind::If(x, c, la, lb) => {
+                    tracked.insert(*x);
+                    let bp = self.temp("backprop", t);
+                    backprops.push(bp);
+                    let ce = self.atom_reverse(c)?;
+                    let unit = self.mk(Expr::Const(Datum::Nil, push(t, Tag::Reverse)?));
+                    let mut calls = Vec::new();
+                    for l in [*la, *lb] {
+                        let free = self.free_vars(l);
+                        let f = self.reverse_transform(l, &[], &free)?;
+                        calls.push(self.mk(Expr::App(f, unit, Span::NONE)));
+                    }
+                    let e = self.mk(Expr::If(ce, calls[0], calls[1]));
+                    let pat = Pattern::Cons(
+                        Tags::EMPTY,
+                        Rc::new(Pattern::Var(tagged(*x, Tag::Reverse)?)),
+                        Rc::new(Pattern::Var(bp)),
+                    );
+                    wraps.push(Wrap::Let(pat, e, Span::NONE));
                 }
                 Bind::Letrec(bs) => {
                     let ns: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
@@ -393,6 +478,14 @@ impl Arena {
                     let s = rev.current(*x)?;
                     let free = rev.arena.free_vars(*l);
                     rev.distribute_closure(s, *l, &free)?;
+                }
+                Bind::If(x, c, la, lb) => {
+                    let bp = *bp_iter.next().expect("one backpropagator per conditional");
+                    if !rev.assigned.contains_key(x) {
+                        continue;
+                    }
+                    let s = rev.current(*x)?;
+                    rev.distribute_branch(s, bp, c, *la, *lb, conv_s)?;
                 }
                 Bind::Letrec(bs) => {
                     let gfree = rev.arena.group_free(bs);
