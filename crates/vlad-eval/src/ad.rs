@@ -209,11 +209,11 @@ fn addr(v: &Value) -> Option<usize> {
     fn shared<T>(rc: &Rc<T>) -> Option<usize> {
         (Rc::strong_count(rc) > 1).then_some(Rc::as_ptr(rc) as *const () as usize)
     }
+    // A pair of scalars or a scalar bundle is cheaper to map twice than to look up.
+    let aggregate = |v: &Value| matches!(v, Value::Pair(_) | Value::Closure(_));
     match v {
-        Value::Pair(p) => shared(p),
-        Value::Closure(c) => shared(c),
-        Value::Bundle(b) => shared(b),
-        Value::Tagged(t) => shared(t),
+        Value::Pair(p) if aggregate(&p.car) || aggregate(&p.cdr) => shared(p),
+        Value::Closure(c) if !c.env.0.is_empty() => shared(c),
         _ => None,
     }
 }
@@ -386,9 +386,9 @@ impl Evaluator {
                 self.arena.set_code_level(l, Tags::EMPTY);
                 l
             };
+            self.prim_versions.insert(lam, (tag, prim));
             let g = self.group(&[], &[lam])?;
             let group = self.code.groups[g as usize].clone();
-            self.prim_versions.insert(lam, (tag, prim));
             out.insert(
                 prim,
                 Value::Closure(Rc::new(Closure {
@@ -1126,4 +1126,65 @@ fn same_scalar_shape(p: &Value, t: &Value) -> bool {
 /// The AD operators (including the internal ones), which handle lazy zeros themselves.
 pub(crate) fn is_ad_prim(p: Prim) -> bool {
     REARRANGING.contains(&p)
+}
+
+/// Forward arithmetic on plain bundles of reals, natively: exactly the computation of the
+/// prelude's forward version (same operations in the same order), without interpreting it.
+/// `None` for anything else (nested bundles, aggregates), which runs the prelude code.
+pub(crate) fn fast_forward(p: Prim, arg: &Value) -> Option<Value> {
+    fn dual(v: &Value) -> Option<(f64, f64)> {
+        let Value::Bundle(b) = v else { return None };
+        let (Value::Real(x), Value::Tagged(t)) = (&b.primal, &b.tangent) else {
+            return None;
+        };
+        match (t.tag, &t.value) {
+            (Tag::Perturbation, Value::Real(d)) => Some((*x, *d)),
+            _ => None,
+        }
+    }
+    let out = |y: f64, dy: f64| {
+        Some(Value::bundle(
+            Value::Real(y),
+            Value::tagged(Tag::Perturbation, Value::Real(dy)),
+        ))
+    };
+    let boolean = |r: bool| {
+        Some(Value::bundle(
+            Value::Bool(r),
+            Value::tagged(Tag::Perturbation, Value::Bool(r)),
+        ))
+    };
+    if p.is_binary_real() || p.is_comparison() {
+        let Value::Pair(pair) = arg else { return None };
+        if pair.tags != Tags::EMPTY.push(Tag::Forward)? {
+            return None;
+        }
+        let ((a, da), (b, db)) = (dual(&pair.car)?, dual(&pair.cdr)?);
+        return match p {
+            Prim::Add => out(a + b, da + db),
+            Prim::Sub => out(a - b, da - db),
+            Prim::Mul => out(a * b, b * da + a * db),
+            Prim::Div => out(a / b, (b * da - a * db) / (b * b)),
+            Prim::Atan => out(a.atan2(b), (b * da - a * db) / (a * a + b * b)),
+            _ => boolean(crate::prims::compare(p, a, b)),
+        };
+    }
+    let (x, d) = dual(arg)?;
+    match p {
+        Prim::Sqrt => {
+            let y = x.sqrt();
+            out(y, d / (y + y))
+        }
+        Prim::Exp => {
+            let y = x.exp();
+            out(y, y * d)
+        }
+        Prim::Log => out(x.ln(), d / x),
+        Prim::Sin => out(x.sin(), x.cos() * d),
+        Prim::Cos => out(x.cos(), 0.0 - x.sin() * d),
+        Prim::IsZero => boolean(x == 0.0),
+        Prim::IsPositive => boolean(x > 0.0),
+        Prim::IsNegative => boolean(x < 0.0),
+        _ => None,
+    }
 }

@@ -99,6 +99,9 @@ pub struct Group {
     /// The AD tags of closures of this group (from the transforms that made its code).
     pub tags: Tags,
     pub members: Vec<Member>,
+    /// For the prelude's transformed primitives: which version of which primitive this is
+    /// (the machine runs forward arithmetic on plain bundles natively).
+    pub prim_version: Option<(vlad_core::Tag, vlad_core::Prim)>,
 }
 
 #[derive(Default)]
@@ -194,6 +197,7 @@ impl Evaluator {
             free,
             tags,
             members,
+            prim_version: self.prim_versions.get(&lambdas[0]).copied(),
         }));
         self.code.group_ids.insert(key, id);
         Ok(id)

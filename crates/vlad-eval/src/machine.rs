@@ -384,6 +384,11 @@ impl Evaluator {
                         ),
                     ));
                 }
+                if let Some((vlad_core::Tag::Forward, p)) = c.group.prim_version {
+                    if let Some(v) = crate::ad::fast_forward(p, &arg) {
+                        return Ok(Mode::Ret(v));
+                    }
+                }
                 let g = c.group.clone();
                 let m = &g.members[c.index as usize];
                 if matches!(st.konts.last(), Some(Kont::Frame { .. })) {
