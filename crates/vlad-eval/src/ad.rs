@@ -317,8 +317,15 @@ impl Evaluator {
                 "(NAME p)"
             };
             let call = call.replace("NAME", p.name());
+            // A predicate needs only the top of its argument's primal: taking the whole primal
+            // of a bundled list would cost its length at every test.
+            let unwrap = if p.is_comparison() {
+                "primal"
+            } else {
+                "%shallow-primal"
+            };
             forward_text.push_str(&format!(
-                "(define {} (lambda (x) (let ((p (primal x))) (let ((r {call})) (bundle r (perturb (zero r)))))))\n",
+                "(define {} (lambda (x) (let ((p ({unwrap} x))) (let ((r {call})) (bundle r (perturb (zero r)))))))\n",
                 p.name()
             ));
             // A type predicate looks only at the top of its argument: strip one reverse tag
@@ -984,31 +991,40 @@ impl Evaluator {
         }
     }
 
-    /// `*j-inverse` at the top level only: enough for a type predicate, O(1).
+    /// The primal of a forward value or `*j-inverse` of a reverse one, at the top level only
+    /// (components keep their tags): enough for a type predicate, and O(1).
     fn shallow_primal(&mut self, v: &Value, span: Span) -> Result<Value, EvalError> {
+        let Some(tag) = v.tags().top() else {
+            return self.err(
+                span,
+                format!("expected a forward or reverse value, got {}", v.describe()),
+            );
+        };
         Ok(match v {
-            Value::Tagged(t) if t.tag == Tag::Reverse => t.value.clone(),
-            Value::Pair(p) if p.tags.top() == Some(Tag::Reverse) => {
-                Value::pair(p.tags.pop(), p.car.clone(), p.cdr.clone())
+            Value::Bundle(b) => b.primal.clone(),
+            Value::Tagged(t) => t.value.clone(),
+            Value::Pair(p) => Value::pair(p.tags.pop(), p.car.clone(), p.cdr.clone()),
+            Value::Closure(c) if self.prim_version(c, tag).is_some() => {
+                Value::Prim(self.prim_version(c, tag).expect("checked"))
             }
-            Value::Closure(c) if self.prim_version(c, Tag::Reverse).is_some() => {
-                Value::Prim(self.prim_version(c, Tag::Reverse).expect("checked"))
-            }
-            Value::Closure(c) if c.group.tags.top() == Some(Tag::Reverse) => {
-                match self.untransform_group(&c.group, Tag::Reverse)? {
-                    Some(g) => Value::Closure(Rc::new(Closure {
-                        group: g,
-                        index: c.index,
-                        env: c.env.clone(),
-                    })),
-                    None => return self.err(span, "cannot take this procedure apart"),
-                }
-            }
+            Value::Closure(c) => match self.untransform_group(&c.group, tag)? {
+                Some(g) => Value::Closure(Rc::new(Closure {
+                    group: g,
+                    index: c.index,
+                    env: c.env.clone(),
+                })),
+                None => return self.err(span, "cannot take this procedure apart"),
+            },
             Value::Zero(z) => {
                 let m = self.force_zero(&z.of, span)?;
                 self.shallow_primal(&m, span)?
             }
-            _ => return self.untag_value(v, Tag::Reverse, span),
+            _ => {
+                return self.err(
+                    span,
+                    format!("expected a forward or reverse value, got {}", v.describe()),
+                )
+            }
         })
     }
 
