@@ -8,11 +8,9 @@
 
 use regex::Regex;
 use std::path::{Path, PathBuf};
-use vlad_core::Arena;
-use vlad_eval::{Evaluator, Input, Output};
-use vlad_syntax::program::{build, load};
+use vlad_eval::{Input, Output};
 use vlad_syntax::reader::read;
-use vlad_syntax::{Diagnostic, Sexp, SexpKind, SourceMap};
+use vlad_syntax::{Diagnostic, Sexp, SexpKind};
 
 /// Absolute tolerance for numbers.
 const TOLERANCE: f64 = 1e-10;
@@ -131,22 +129,10 @@ fn inputs_of(expected: &Sexp) -> Result<(Vec<f64>, &Sexp), String> {
 }
 
 pub fn check(file: &Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
-    let mut sources = SourceMap::new();
-    let mut arena = Arena::new();
-    let report = |d: &Diagnostic, s: &SourceMap| {
-        eprint!("{}", d.render(s));
-        1
+    let (sources, exprs, mut ev) = match crate::prepare(file, include, max_steps) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    let forms = match load(&mut sources, file, include) {
-        Ok(f) => f,
-        Err(d) => return report(&d, &sources),
-    };
-    let exprs = match build(&mut arena, &forms) {
-        Ok(e) => e,
-        Err(d) => return report(&d, &sources),
-    };
-    let mut ev = Evaluator::new(arena);
-    ev.max_steps = max_steps;
     let (mut passed, mut failed) = (0usize, 0usize);
     for te in exprs {
         let expected = te.expected.as_ref();
@@ -169,7 +155,7 @@ pub fn check(file: &Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
                 Err(e) => Outcome::Failed(e.message),
                 Ok(v) => {
                     let mut text = buffer.borrow().clone();
-                    text.push_str(&vlad_eval::print::to_string(&v));
+                    text.push_str(&ev.render(&v));
                     match read(u32::MAX - 1, &text) {
                         Ok(items) => Outcome::Printed(items),
                         Err(d) => Outcome::Failed(format!(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vlad_core::Arena;
 use vlad_eval::Evaluator;
-use vlad_syntax::program::{build, load};
+use vlad_syntax::program::{build, load, TopExpr};
 use vlad_syntax::{Diagnostic, SourceMap};
 
 #[derive(Parser)]
@@ -83,26 +83,37 @@ fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
     1
 }
 
-fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
+/// Loads and expands a program and makes its evaluator. A load or expansion error of a
+/// definition is reported here and gives the exit code.
+pub(crate) fn prepare(
+    file: &std::path::Path,
+    include: &[PathBuf],
+    max_steps: Option<u64>,
+) -> Result<(SourceMap, Vec<TopExpr>, Evaluator), u8> {
     let mut sources = SourceMap::new();
     let mut arena = Arena::new();
-    let forms = match load(&mut sources, file, include) {
-        Ok(f) => f,
-        Err(d) => return report(&d, &sources),
-    };
-    let exprs = match build(&mut arena, &forms) {
-        Ok(e) => e,
-        Err(d) => return report(&d, &sources),
-    };
+    let forms = load(&mut sources, file, include).map_err(|d| report(&d, &sources))?;
+    let exprs = build(&mut arena, &forms).map_err(|d| report(&d, &sources))?;
     let mut ev = Evaluator::new(arena);
     ev.max_steps = max_steps;
+    Ok((sources, exprs, ev))
+}
+
+fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
+    let (sources, exprs, mut ev) = match prepare(file, include, max_steps) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     for te in exprs {
         let core = match te.core {
             Ok(c) => c,
             Err(d) => return report(&d, &sources),
         };
         match ev.eval(core) {
-            Ok(v) => ev.output.line(&vlad_eval::print::to_string(&v)),
+            Ok(v) => {
+                let text = ev.render(&v);
+                ev.output.line(&text);
+            }
             Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
         }
     }

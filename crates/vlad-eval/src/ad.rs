@@ -179,6 +179,18 @@ const REARRANGING: &[Prim] = &[
 #[derive(Default)]
 struct Memo(HashMap<(usize, usize), Value, std::hash::BuildHasherDefault<AddrHasher>>);
 
+impl Memo {
+    fn get(&self, key: Option<(usize, usize)>) -> Option<Value> {
+        key.and_then(|k| self.0.get(&k).cloned())
+    }
+
+    fn put(&mut self, key: Option<(usize, usize)>, r: &Value) {
+        if let Some(k) = key {
+            self.0.insert(k, r.clone());
+        }
+    }
+}
+
 /// A hasher for pairs of addresses: the memo is on the hot path of every AD operator, and
 /// addresses need no protection against adversarial collisions.
 #[derive(Default)]
@@ -485,10 +497,8 @@ impl Evaluator {
             return self.zero_m(&m, span, memo);
         }
         let key = addr(v).map(|a| (a, 0));
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let r = match v {
             Value::Real(_) => Value::Real(0.0),
@@ -515,9 +525,7 @@ impl Evaluator {
             Value::Tagged(t) => Value::tagged(t.tag, self.zero_m(&t.value, span, memo)?),
             Value::Zero(_) => unreachable!("forced above"),
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -541,10 +549,8 @@ impl Evaluator {
             return self.tag_m(&m, tag, span, memo);
         }
         let key = addr(v).map(|a| (a, 0));
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         if v.tags().depth() >= vlad_core::tags::MAX_TAG_DEPTH {
             return self.err(
@@ -579,9 +585,7 @@ impl Evaluator {
             }
             _ => Value::tagged(tag, v.clone()),
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -607,10 +611,8 @@ impl Evaluator {
             return self.untag_m(&m, tag, span, memo);
         }
         let key = addr(v).map(|a| (a, 0));
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let r = match v {
             Value::Tagged(t) if t.tag == tag => t.value.clone(),
@@ -656,9 +658,7 @@ impl Evaluator {
                 );
             }
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -691,10 +691,8 @@ impl Evaluator {
             (Some(a), Some(b)) => Some((a, b)),
             _ => None,
         };
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let inner = match t {
             Value::Tagged(x) if x.tag == Tag::Perturbation => Some(&x.value),
@@ -748,9 +746,7 @@ impl Evaluator {
                 _ => return Err(shape_error(span, "bundle", p, t)),
             },
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -783,10 +779,8 @@ impl Evaluator {
             return self.split_m(&m, tangent, span, memo);
         }
         let key = addr(v).map(|a| (a, 0));
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let r = match v {
             Value::Bundle(b) => {
@@ -840,9 +834,7 @@ impl Evaluator {
                 );
             }
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -869,10 +861,8 @@ impl Evaluator {
             (Some(x), Some(y)) => Some((x, y)),
             _ => None,
         };
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let r = match (a, b) {
             (Value::Real(x), Value::Real(y)) => Value::Real(x + y),
@@ -903,9 +893,7 @@ impl Evaluator {
             }
             _ => return Err(shape_error(span, "plus", a, b)),
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
@@ -918,10 +906,8 @@ impl Evaluator {
 
     fn szero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
         let key = addr(v).map(|a| (a, 0));
-        if let Some(k) = key {
-            if let Some(r) = memo.0.get(&k) {
-                return Ok(r.clone());
-            }
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
         }
         let r = match v {
             Value::Real(_) => Value::Real(0.0),
@@ -952,9 +938,7 @@ impl Evaluator {
                 self.szero_m(&m, span, memo)?
             }
         };
-        if let Some(k) = key {
-            memo.0.insert(k, r.clone());
-        }
+        memo.put(key, &r);
         Ok(r)
     }
 
