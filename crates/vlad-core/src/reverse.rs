@@ -2,9 +2,9 @@
 //!
 //! `(*j f)` for a closure `f` is a closure over the reverse transform of `f`'s lambda. The
 //! transformed lambda takes a reverse value `x~` and returns `(cons y~ backpropagator)`. Its body
-//! is the original body in A-normal form (conditionals become `if-procedure` on thunks), each
-//! binding computed on reverse values (the *forward phase*), a call also keeping the callee's
-//! backpropagator. The backpropagator takes the sensitivity of the result and runs the bindings
+//! is the original body in A-normal form, each binding computed on reverse values (the *forward
+//! phase*), a call also keeping the callee's backpropagator; a conditional calls the chosen
+//! branch as a reverse-transformed thunk and keeps its backpropagator. The backpropagator takes the sensitivity of the result and runs the bindings
 //! backwards (the *reverse phase*), accumulating sensitivities with `plus`, and returns the
 //! sensitivity-tagged pair `(cons fbar xbar)`: the sensitivities of the closure's environment
 //! (its free variables in canonical order, as a list) and of the argument.
