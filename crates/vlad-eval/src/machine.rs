@@ -227,12 +227,15 @@ impl Evaluator {
                         })))
                     }
                     Node::App { f, a, span } => match self.simple(f, st) {
-                        Some(fv) => match self.simple(a, st) {
-                            Some(av) => self.apply(st, fv, av, span)?,
-                            None => {
-                                st.konts.push(Kont::AppCall { f: fv, span });
-                                Mode::Eval(a)
-                            }
+                        Some(fv) => match self.two_simple_args(a, st) {
+                            Some((x, y)) => self.apply2(st, fv, x, y, span)?,
+                            None => match self.simple(a, st) {
+                                Some(av) => self.apply(st, fv, av, span)?,
+                                None => {
+                                    st.konts.push(Kont::AppCall { f: fv, span });
+                                    Mode::Eval(a)
+                                }
+                            },
                         },
                         None => {
                             st.konts.push(Kont::AppArg { a, span });
@@ -359,6 +362,66 @@ impl Evaluator {
         self.apply(st, Value::Prim(p), Value::pair(Tags::EMPTY, x, y), span)
     }
 
+    /// The two operands of an argument `(cons x y)` whose parts are simple (effect-free, so
+    /// giving up half-way is harmless).
+    #[inline]
+    fn two_simple_args(&self, a: NodeId, st: &State) -> Option<(Value, Value)> {
+        match self.code.nodes[a as usize] {
+            Node::Cons { tags, a, b } if tags.is_empty() => {
+                Some((self.simple(a, st)?, self.simple(b, st)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// `(f x y)`: when `f` is an untransformed closure whose parameters are two variables, they
+    /// are bound directly and the argument pair is never built (most multi-argument calls).
+    fn apply2(
+        &mut self,
+        st: &mut State,
+        f: Value,
+        x: Value,
+        y: Value,
+        span: Span,
+    ) -> Result<Mode, EvalError> {
+        if let Value::Closure(c) = &f {
+            let m = &c.group.members[c.index as usize];
+            if let PatCode::Cons(tags, pa, pb) = &*self.code.pats[m.pat as usize] {
+                if let (true, PatCode::Bind(sa), PatCode::Bind(sb)) =
+                    (tags.is_empty(), &**pa, &**pb)
+                {
+                    let (sa, sb, frame, body) =
+                        (*sa as usize, *sb as usize, m.frame as usize, m.body);
+                    let Value::Closure(c) = f else {
+                        unreachable!("matched above")
+                    };
+                    self.enter_frame(st, c, span);
+                    st.stack.resize(st.fp + frame, Value::Nil);
+                    st.stack[st.fp + sa] = x;
+                    st.stack[st.fp + sb] = y;
+                    return Ok(Mode::Eval(body));
+                }
+            }
+        }
+        self.apply(st, f, Value::pair(Tags::EMPTY, x, y), span)
+    }
+
+    /// Makes `c` the running closure: reuses the frame for a tail call, else saves the caller's.
+    fn enter_frame(&mut self, st: &mut State, c: Rc<Closure>, span: Span) {
+        if matches!(st.konts.last(), Some(Kont::Frame { .. })) {
+            st.stack.truncate(st.fp);
+            st.clo = c;
+        } else {
+            let caller = std::mem::replace(&mut st.clo, c);
+            st.konts.push(Kont::Frame {
+                fp: st.fp,
+                clo: caller,
+                span,
+            });
+            st.fp = st.stack.len();
+        }
+    }
+
     /// Applies `f` to `arg` inside the running machine (tail position if the continuation is a
     /// return).
     pub(crate) fn apply(
@@ -389,23 +452,12 @@ impl Evaluator {
                         return Ok(Mode::Ret(v));
                     }
                 }
-                let g = c.group.clone();
-                let m = &g.members[c.index as usize];
-                if matches!(st.konts.last(), Some(Kont::Frame { .. })) {
-                    st.stack.truncate(st.fp);
-                    st.clo = c;
-                } else {
-                    let caller = std::mem::replace(&mut st.clo, c);
-                    st.konts.push(Kont::Frame {
-                        fp: st.fp,
-                        clo: caller,
-                        span,
-                    });
-                    st.fp = st.stack.len();
-                }
-                st.stack.resize(st.fp + m.frame as usize, Value::Nil);
-                self.bind(st, m.pat, arg, span)?;
-                Ok(Mode::Eval(m.body))
+                let m = &c.group.members[c.index as usize];
+                let (pat, frame, body) = (m.pat, m.frame as usize, m.body);
+                self.enter_frame(st, c, span);
+                st.stack.resize(st.fp + frame, Value::Nil);
+                self.bind(st, pat, arg, span)?;
+                Ok(Mode::Eval(body))
             }
             Value::Prim(p) => match self.apply_prim(p, arg, span)? {
                 crate::prims::Outcome::Value(v) => Ok(Mode::Ret(v)),
