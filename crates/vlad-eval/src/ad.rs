@@ -294,6 +294,29 @@ pub struct Prelude {
 }
 
 impl Evaluator {
+    /// The frame shared by the memoised unary maps (`zero`, tagging, untagging, `primal` and
+    /// `tangent`, sensitivity zeros): a lazy zero is forced one level, a shared cell already
+    /// mapped is looked up, and the result of `one_level` is recorded.
+    fn memoised(
+        &mut self,
+        v: &Value,
+        span: Span,
+        memo: &mut Memo,
+        one_level: impl FnOnce(&mut Self, &Value, &mut Memo) -> Result<Value, EvalError>,
+    ) -> Result<Value, EvalError> {
+        if let Value::Zero(z) = v {
+            let m = self.force_zero(&z.of, span)?;
+            return one_level(self, &m, memo);
+        }
+        let key = addr(v).map(|a| (a, 0));
+        if let Some(r) = memo.get(key) {
+            return Ok(r);
+        }
+        let r = one_level(self, v, memo)?;
+        memo.put(key, &r);
+        Ok(r)
+    }
+
     fn err<T>(&self, span: Span, m: impl Into<String>) -> Result<T, EvalError> {
         Err(EvalError::new(span, m))
     }
@@ -492,41 +515,33 @@ impl Evaluator {
     }
 
     fn zero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
-        if let Value::Zero(z) = v {
-            let m = self.force_zero(&z.of, span)?;
-            return self.zero_m(&m, span, memo);
-        }
-        let key = addr(v).map(|a| (a, 0));
-        if let Some(r) = memo.get(key) {
-            return Ok(r);
-        }
-        let r = match v {
-            Value::Real(_) => Value::Real(0.0),
-            Value::Nil | Value::Bool(_) | Value::Prim(_) => v.clone(),
-            Value::Pair(p) => {
-                let a = self.zero_m(&p.car, span, memo)?;
-                let d = self.zero_m(&p.cdr, span, memo)?;
-                Value::pair(p.tags, a, d)
-            }
-            Value::Closure(c) => {
-                let env = c
-                    .env
-                    .0
-                    .iter()
-                    .map(|x| self.zero_m(x, span, memo))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Self::closure(c.group.clone(), c.index, env)
-            }
-            Value::Bundle(b) => {
-                let p = self.zero_m(&b.primal, span, memo)?;
-                let t = self.zero_m(&b.tangent, span, memo)?;
-                Value::bundle(p, t)
-            }
-            Value::Tagged(t) => Value::tagged(t.tag, self.zero_m(&t.value, span, memo)?),
-            Value::Zero(_) => unreachable!("forced above"),
-        };
-        memo.put(key, &r);
-        Ok(r)
+        self.memoised(v, span, memo, |this, v, memo| {
+            Ok(match v {
+                Value::Real(_) => Value::Real(0.0),
+                Value::Nil | Value::Bool(_) | Value::Prim(_) => v.clone(),
+                Value::Pair(p) => {
+                    let a = this.zero_m(&p.car, span, memo)?;
+                    let d = this.zero_m(&p.cdr, span, memo)?;
+                    Value::pair(p.tags, a, d)
+                }
+                Value::Closure(c) => {
+                    let env = c
+                        .env
+                        .0
+                        .iter()
+                        .map(|x| this.zero_m(x, span, memo))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Self::closure(c.group.clone(), c.index, env)
+                }
+                Value::Bundle(b) => {
+                    let p = this.zero_m(&b.primal, span, memo)?;
+                    let t = this.zero_m(&b.tangent, span, memo)?;
+                    Value::bundle(p, t)
+                }
+                Value::Tagged(t) => Value::tagged(t.tag, this.zero_m(&t.value, span, memo)?),
+                Value::Zero(_) => unreachable!("forced above"),
+            })
+        })
     }
 
     /// `perturb` / `sensitize`: tag a value (closures get transformed code).
@@ -544,49 +559,41 @@ impl Evaluator {
         span: Span,
         memo: &mut Memo,
     ) -> Result<Value, EvalError> {
-        if let Value::Zero(z) = v {
-            let m = self.force_zero(&z.of, span)?;
-            return self.tag_m(&m, tag, span, memo);
-        }
-        let key = addr(v).map(|a| (a, 0));
-        if let Some(r) = memo.get(key) {
-            return Ok(r);
-        }
         if v.tags().depth() >= vlad_core::tags::MAX_TAG_DEPTH {
             return self.err(
                 span,
                 vlad_core::transform::TransformError::TooDeep.to_string(),
             );
         }
-        let r = match v {
-            Value::Pair(p) => {
-                let a = self.tag_m(&p.car, tag, span, memo)?;
-                let d = self.tag_m(&p.cdr, tag, span, memo)?;
-                Value::pair(p.tags.push(tag).expect("depth checked"), a, d)
-            }
-            Value::Closure(c) => {
-                let g = self.transform_group(&c.group, tag, span)?;
-                let env = c
-                    .env
-                    .0
-                    .iter()
-                    .map(|x| self.tag_m(x, tag, span, memo))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Self::closure(g, c.index, env)
-            }
-            Value::Prim(q) if tag == Tag::Reverse => {
-                let prelude = self.prelude()?;
-                match prelude.reverse.get(q) {
-                    Some(f) => f.clone(),
-                    None => {
-                        return self.err(span, format!("`{}` has no reverse version", q.name()))
+        self.memoised(v, span, memo, |this, v, memo| {
+            Ok(match v {
+                Value::Pair(p) => {
+                    let a = this.tag_m(&p.car, tag, span, memo)?;
+                    let d = this.tag_m(&p.cdr, tag, span, memo)?;
+                    Value::pair(p.tags.push(tag).expect("depth checked"), a, d)
+                }
+                Value::Closure(c) => {
+                    let g = this.transform_group(&c.group, tag, span)?;
+                    let env = c
+                        .env
+                        .0
+                        .iter()
+                        .map(|x| this.tag_m(x, tag, span, memo))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Self::closure(g, c.index, env)
+                }
+                Value::Prim(q) if tag == Tag::Reverse => {
+                    let prelude = this.prelude()?;
+                    match prelude.reverse.get(q) {
+                        Some(f) => f.clone(),
+                        None => {
+                            return this.err(span, format!("`{}` has no reverse version", q.name()))
+                        }
                     }
                 }
-            }
-            _ => Value::tagged(tag, v.clone()),
-        };
-        memo.put(key, &r);
-        Ok(r)
+                _ => Value::tagged(tag, v.clone()),
+            })
+        })
     }
 
     /// `unperturb` / `unsensitize`: remove the outermost `tag`.
@@ -606,60 +613,52 @@ impl Evaluator {
         span: Span,
         memo: &mut Memo,
     ) -> Result<Value, EvalError> {
-        if let Value::Zero(z) = v {
-            let m = self.force_zero(&z.of, span)?;
-            return self.untag_m(&m, tag, span, memo);
-        }
-        let key = addr(v).map(|a| (a, 0));
-        if let Some(r) = memo.get(key) {
-            return Ok(r);
-        }
-        let r = match v {
-            Value::Tagged(t) if t.tag == tag => t.value.clone(),
-            Value::Pair(p) if p.tags.top() == Some(tag) => {
-                let a = self.untag_m(&p.car, tag, span, memo)?;
-                let d = self.untag_m(&p.cdr, tag, span, memo)?;
-                Value::pair(p.tags.pop(), a, d)
-            }
-            Value::Closure(c)
-                if tag == Tag::Reverse && self.prim_version(c, Tag::Reverse).is_some() =>
-            {
-                Value::Prim(self.prim_version(c, Tag::Reverse).expect("checked"))
-            }
-            Value::Closure(c) if c.group.tags.top() == Some(tag) => {
-                let Some(g) = self.untransform_group(&c.group, tag)? else {
-                    return self.err(
+        self.memoised(v, span, memo, |this, v, memo| {
+            Ok(match v {
+                Value::Tagged(t) if t.tag == tag => t.value.clone(),
+                Value::Pair(p) if p.tags.top() == Some(tag) => {
+                    let a = this.untag_m(&p.car, tag, span, memo)?;
+                    let d = this.untag_m(&p.cdr, tag, span, memo)?;
+                    Value::pair(p.tags.pop(), a, d)
+                }
+                Value::Closure(c)
+                    if tag == Tag::Reverse && this.prim_version(c, Tag::Reverse).is_some() =>
+                {
+                    Value::Prim(this.prim_version(c, Tag::Reverse).expect("checked"))
+                }
+                Value::Closure(c) if c.group.tags.top() == Some(tag) => {
+                    let Some(g) = this.untransform_group(&c.group, tag)? else {
+                        return this.err(
+                            span,
+                            format!("cannot remove the {} tag of this procedure", tag.name()),
+                        );
+                    };
+                    let env = c
+                        .env
+                        .0
+                        .iter()
+                        .map(|x| this.untag_m(x, tag, span, memo))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Self::closure(g, c.index, env)
+                }
+                _ => {
+                    let op = match tag {
+                        Tag::Perturbation => "unperturb",
+                        Tag::Sensitivity => "unsensitize",
+                        Tag::Reverse => "*j-inverse",
+                        Tag::Forward => "primal",
+                    };
+                    return this.err(
                         span,
-                        format!("cannot remove the {} tag of this procedure", tag.name()),
+                        format!(
+                            "{op}: expected a {} value, got {}",
+                            tag.name(),
+                            v.describe()
+                        ),
                     );
-                };
-                let env = c
-                    .env
-                    .0
-                    .iter()
-                    .map(|x| self.untag_m(x, tag, span, memo))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Self::closure(g, c.index, env)
-            }
-            _ => {
-                let op = match tag {
-                    Tag::Perturbation => "unperturb",
-                    Tag::Sensitivity => "unsensitize",
-                    Tag::Reverse => "*j-inverse",
-                    Tag::Forward => "primal",
-                };
-                return self.err(
-                    span,
-                    format!(
-                        "{op}: expected a {} value, got {}",
-                        tag.name(),
-                        v.describe()
-                    ),
-                );
-            }
-        };
-        memo.put(key, &r);
-        Ok(r)
+                }
+            })
+        })
     }
 
     /// `bundle`: a forward value from a primal and a perturbation of the same shape.
@@ -774,68 +773,60 @@ impl Evaluator {
         span: Span,
         memo: &mut Memo,
     ) -> Result<Value, EvalError> {
-        if let Value::Zero(z) = v {
-            let m = self.force_zero(&z.of, span)?;
-            return self.split_m(&m, tangent, span, memo);
-        }
-        let key = addr(v).map(|a| (a, 0));
-        if let Some(r) = memo.get(key) {
-            return Ok(r);
-        }
-        let r = match v {
-            Value::Bundle(b) => {
-                if tangent {
-                    b.tangent.clone()
-                } else {
-                    b.primal.clone()
+        self.memoised(v, span, memo, |this, v, memo| {
+            Ok(match v {
+                Value::Bundle(b) => {
+                    if tangent {
+                        b.tangent.clone()
+                    } else {
+                        b.primal.clone()
+                    }
                 }
-            }
-            Value::Pair(p) if p.tags.top() == Some(Tag::Forward) => {
-                let a = self.split_m(&p.car, tangent, span, memo)?;
-                let d = self.split_m(&p.cdr, tangent, span, memo)?;
-                let rest = p.tags.pop();
-                let tags = if tangent {
-                    rest.push(Tag::Perturbation).expect("same depth")
-                } else {
-                    rest
-                };
-                Value::pair(tags, a, d)
-            }
-            Value::Closure(c) if self.prim_version(c, Tag::Forward).is_some() => {
-                let q = Value::Prim(self.prim_version(c, Tag::Forward).expect("checked"));
-                if tangent {
-                    Value::tagged(Tag::Perturbation, q)
-                } else {
-                    q
+                Value::Pair(p) if p.tags.top() == Some(Tag::Forward) => {
+                    let a = this.split_m(&p.car, tangent, span, memo)?;
+                    let d = this.split_m(&p.cdr, tangent, span, memo)?;
+                    let rest = p.tags.pop();
+                    let tags = if tangent {
+                        rest.push(Tag::Perturbation).expect("same depth")
+                    } else {
+                        rest
+                    };
+                    Value::pair(tags, a, d)
                 }
-            }
-            Value::Closure(c) if c.group.tags.top() == Some(Tag::Forward) => {
-                let Some(g) = self.untransform_group(&c.group, Tag::Forward)? else {
-                    return self.err(span, "cannot take this procedure apart");
-                };
-                let g = if tangent {
-                    self.transform_group(&g, Tag::Perturbation, span)?
-                } else {
-                    g
-                };
-                let env = c
-                    .env
-                    .0
-                    .iter()
-                    .map(|x| self.split_m(x, tangent, span, memo))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Self::closure(g, c.index, env)
-            }
-            _ => {
-                let op = if tangent { "tangent" } else { "primal" };
-                return self.err(
-                    span,
-                    format!("{op}: expected a forward value, got {}", v.describe()),
-                );
-            }
-        };
-        memo.put(key, &r);
-        Ok(r)
+                Value::Closure(c) if this.prim_version(c, Tag::Forward).is_some() => {
+                    let q = Value::Prim(this.prim_version(c, Tag::Forward).expect("checked"));
+                    if tangent {
+                        Value::tagged(Tag::Perturbation, q)
+                    } else {
+                        q
+                    }
+                }
+                Value::Closure(c) if c.group.tags.top() == Some(Tag::Forward) => {
+                    let Some(g) = this.untransform_group(&c.group, Tag::Forward)? else {
+                        return this.err(span, "cannot take this procedure apart");
+                    };
+                    let g = if tangent {
+                        this.transform_group(&g, Tag::Perturbation, span)?
+                    } else {
+                        g
+                    };
+                    let env = c
+                        .env
+                        .0
+                        .iter()
+                        .map(|x| this.split_m(x, tangent, span, memo))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Self::closure(g, c.index, env)
+                }
+                _ => {
+                    let op = if tangent { "tangent" } else { "primal" };
+                    return this.err(
+                        span,
+                        format!("{op}: expected a forward value, got {}", v.describe()),
+                    );
+                }
+            })
+        })
     }
 
     /// `plus`: point-wise sum of two values of the same shape.
@@ -905,41 +896,34 @@ impl Evaluator {
     }
 
     fn szero_m(&mut self, v: &Value, span: Span, memo: &mut Memo) -> Result<Value, EvalError> {
-        let key = addr(v).map(|a| (a, 0));
-        if let Some(r) = memo.get(key) {
-            return Ok(r);
-        }
-        let r = match v {
-            Value::Real(_) => Value::Real(0.0),
-            Value::Nil | Value::Bool(_) => v.clone(),
-            Value::Prim(_) => Value::Nil,
-            Value::Pair(p) => {
-                let a = self.szero_m(&p.car, span, memo)?;
-                let d = self.szero_m(&p.cdr, span, memo)?;
-                Value::pair(p.tags, a, d)
-            }
-            Value::Closure(c) => {
-                let tags = c.group.tags;
-                let mut acc = self.lift(Value::Nil, tags, span)?;
-                for x in c.env.0.iter().rev() {
-                    let z = self.szero_m(x, span, memo)?;
-                    acc = Value::pair(tags, z, acc);
+        self.memoised(v, span, memo, |this, v, memo| {
+            Ok(match v {
+                Value::Real(_) => Value::Real(0.0),
+                Value::Nil | Value::Bool(_) => v.clone(),
+                Value::Prim(_) => Value::Nil,
+                Value::Pair(p) => {
+                    let a = this.szero_m(&p.car, span, memo)?;
+                    let d = this.szero_m(&p.cdr, span, memo)?;
+                    Value::pair(p.tags, a, d)
                 }
-                acc
-            }
-            Value::Bundle(b) => {
-                let p = self.szero_m(&b.primal, span, memo)?;
-                let t = self.szero_m(&b.tangent, span, memo)?;
-                Value::bundle(p, t)
-            }
-            Value::Tagged(t) => Value::tagged(t.tag, self.szero_m(&t.value, span, memo)?),
-            Value::Zero(z) => {
-                let m = self.force_zero(&z.of, span)?;
-                self.szero_m(&m, span, memo)?
-            }
-        };
-        memo.put(key, &r);
-        Ok(r)
+                Value::Closure(c) => {
+                    let tags = c.group.tags;
+                    let mut acc = this.lift(Value::Nil, tags, span)?;
+                    for x in c.env.0.iter().rev() {
+                        let z = this.szero_m(x, span, memo)?;
+                        acc = Value::pair(tags, z, acc);
+                    }
+                    acc
+                }
+                Value::Bundle(b) => {
+                    let p = this.szero_m(&b.primal, span, memo)?;
+                    let t = this.szero_m(&b.tangent, span, memo)?;
+                    Value::bundle(p, t)
+                }
+                Value::Tagged(t) => Value::tagged(t.tag, this.szero_m(&t.value, span, memo)?),
+                Value::Zero(_) => unreachable!("forced by memoised"),
+            })
+        })
     }
 
     /// One level of a lazy zero sensitivity of `*j-inverse of`: pairs and closures get lazy
