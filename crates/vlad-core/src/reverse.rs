@@ -20,7 +20,7 @@
 //!   procedures is folded back into that environment.
 
 use crate::expr::{Arena, Expr, ExprId, Pattern};
-use crate::transform::{tag_pattern, TransformError};
+use crate::transform::{push, tag_pattern, tag_var as tagged, TransformError};
 use crate::{Datum, Prim, Span, Tag, Tags, Var};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -50,17 +50,6 @@ pub fn pattern_tags(p: &Pattern) -> Tags {
         Pattern::Var(v) => v.tags,
         Pattern::Const(_, t) | Pattern::Cons(t, _, _) => *t,
     }
-}
-
-fn push(t: Tags, tag: Tag) -> Result<Tags, TransformError> {
-    t.push(tag).ok_or(TransformError::TooDeep)
-}
-
-fn tagged(v: Var, tag: Tag) -> Result<Var, TransformError> {
-    Ok(Var {
-        id: v.id,
-        tags: push(v.tags, tag)?,
-    })
 }
 
 /// The zero sensitivity of a constant (before the sensitivity tag).

@@ -31,11 +31,11 @@ impl fmt::Display for TransformError {
     }
 }
 
-fn push(tags: Tags, tag: Tag) -> Result<Tags, TransformError> {
+pub(crate) fn push(tags: Tags, tag: Tag) -> Result<Tags, TransformError> {
     tags.push(tag).ok_or(TransformError::TooDeep)
 }
 
-fn tag_var(v: Var, tag: Tag) -> Result<Var, TransformError> {
+pub(crate) fn tag_var(v: Var, tag: Tag) -> Result<Var, TransformError> {
     Ok(Var {
         id: v.id,
         tags: push(v.tags, tag)?,

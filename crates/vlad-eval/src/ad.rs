@@ -495,6 +495,15 @@ impl Evaluator {
         Ok(Some(self.code.groups[id as usize].clone()))
     }
 
+    /// A closure's environment mapped slot by slot.
+    fn map_env(
+        &mut self,
+        c: &Closure,
+        mut f: impl FnMut(&mut Self, &Value) -> Result<Value, EvalError>,
+    ) -> Result<Vec<Value>, EvalError> {
+        c.env.0.iter().map(|x| f(self, x)).collect()
+    }
+
     fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
         Value::Closure(Rc::new(Closure {
             group,
@@ -525,12 +534,7 @@ impl Evaluator {
                     Value::pair(p.tags, a, d)
                 }
                 Value::Closure(c) => {
-                    let env = c
-                        .env
-                        .0
-                        .iter()
-                        .map(|x| this.zero_m(x, span, memo))
-                        .collect::<Result<Vec<_>, _>>()?;
+                    let env = this.map_env(c, |this, x| this.zero_m(x, span, memo))?;
                     Self::closure(c.group.clone(), c.index, env)
                 }
                 Value::Bundle(b) => {
@@ -574,12 +578,7 @@ impl Evaluator {
                 }
                 Value::Closure(c) => {
                     let g = this.transform_group(&c.group, tag, span)?;
-                    let env = c
-                        .env
-                        .0
-                        .iter()
-                        .map(|x| this.tag_m(x, tag, span, memo))
-                        .collect::<Result<Vec<_>, _>>()?;
+                    let env = this.map_env(c, |this, x| this.tag_m(x, tag, span, memo))?;
                     Self::closure(g, c.index, env)
                 }
                 Value::Prim(q) if tag == Tag::Reverse => {
@@ -633,12 +632,7 @@ impl Evaluator {
                             format!("cannot remove the {} tag of this procedure", tag.name()),
                         );
                     };
-                    let env = c
-                        .env
-                        .0
-                        .iter()
-                        .map(|x| this.untag_m(x, tag, span, memo))
-                        .collect::<Result<Vec<_>, _>>()?;
+                    let env = this.map_env(c, |this, x| this.untag_m(x, tag, span, memo))?;
                     Self::closure(g, c.index, env)
                 }
                 _ => {
@@ -810,12 +804,7 @@ impl Evaluator {
                     } else {
                         g
                     };
-                    let env = c
-                        .env
-                        .0
-                        .iter()
-                        .map(|x| this.split_m(x, tangent, span, memo))
-                        .collect::<Result<Vec<_>, _>>()?;
+                    let env = this.map_env(c, |this, x| this.split_m(x, tangent, span, memo))?;
                     Self::closure(g, c.index, env)
                 }
                 _ => {
