@@ -74,64 +74,35 @@ pub(crate) struct State {
 impl Evaluator {
     /// Runs a closed expression: it becomes the body of a procedure of no arguments.
     pub(crate) fn run_closed(&mut self, e: ExprId) -> Result<Value, EvalError> {
-        let lam = self.arena.mk(Expr::Lambda(
-            Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY)),
-            e,
-            Span::NONE,
-        ));
-        let g = self.group(&[], &[lam])?;
-        let clo = Rc::new(Closure {
-            group: self.code.groups[g as usize].clone(),
-            index: 0,
-            env: Rc::new(Env(vec![])),
-        });
+        let clo = self.thunk(e)?;
         self.call(Value::Closure(clo), Value::Nil, Span::NONE)
     }
 
-    /// Applies a procedure to an argument and runs to completion (a fresh machine).
-    pub fn call(&mut self, f: Value, arg: Value, span: Span) -> Result<Value, EvalError> {
-        let Value::Closure(c) = &f else {
-            return self.apply_prim_direct(f, arg, span);
-        };
-        let mut st = State {
-            stack: Vec::new(),
-            fp: 0,
-            clo: c.clone(),
-            konts: Vec::new(),
-        };
-        let m = &c.group.members[c.index as usize];
-        st.stack.resize(m.frame as usize, Value::Nil);
-        self.bind(&mut st, m.pat, arg, span)?;
-        let body = m.body;
-        self.run(&mut st, Mode::Eval(body))
-    }
-
-    fn apply_prim_direct(&mut self, f: Value, arg: Value, span: Span) -> Result<Value, EvalError> {
-        // A primitive that calls back into VLAD (if-procedure) needs a machine too.
-        let dummy = self.run_closed_dummy()?;
-        let mut st = State {
-            stack: Vec::new(),
-            fp: 0,
-            clo: dummy,
-            konts: Vec::new(),
-        };
-        let mode = self.apply(&mut st, f, arg, span)?;
-        self.run(&mut st, mode)
-    }
-
-    fn run_closed_dummy(&mut self) -> Result<Rc<Closure>, EvalError> {
-        let body = self.arena.mk(Expr::Const(Datum::Nil, Tags::EMPTY));
-        let lam = self.arena.mk(Expr::Lambda(
-            Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY)),
-            body,
-            Span::NONE,
-        ));
+    /// A closure of no arguments whose body is `e`.
+    fn thunk(&mut self, e: ExprId) -> Result<Rc<Closure>, EvalError> {
+        let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
+        let lam = self.arena.mk(Expr::Lambda(unit, e, Span::NONE));
         let g = self.group(&[], &[lam])?;
         Ok(Rc::new(Closure {
             group: self.code.groups[g as usize].clone(),
             index: 0,
             env: Rc::new(Env(vec![])),
         }))
+    }
+
+    /// Applies a procedure to an argument and runs to completion (a fresh machine). The machine
+    /// starts inside a trivial caller, so the call is made like any other.
+    pub fn call(&mut self, f: Value, arg: Value, span: Span) -> Result<Value, EvalError> {
+        let nil = self.arena.mk(Expr::Const(Datum::Nil, Tags::EMPTY));
+        let caller = self.thunk(nil)?;
+        let mut st = State {
+            stack: Vec::new(),
+            fp: 0,
+            clo: caller,
+            konts: Vec::new(),
+        };
+        let mode = self.apply(&mut st, f, arg, span)?;
+        self.run(&mut st, mode)
     }
 
     #[inline]
