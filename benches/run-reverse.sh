@@ -21,30 +21,7 @@ VLAD=${1:-target/release/vlad}
 REPS=${REPS:-5}
 TIMEOUT=${TIMEOUT:-600}
 
-# median of the numbers on stdin
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-
-# bench NAME FILE INPUT: runs it REPS times, prints "NAME median output", sets LAST
-bench() {
-  local name=$1 file=$2 input=$3 times=() out=""
-  for ((r = 0; r < REPS; r++)); do
-    local t0 t1
-    t0=$(date +%s.%N)
-    out=$(echo "$input" | timeout "$TIMEOUT" "$VLAD" run "$file" 2>&1)
-    local rc=$?
-    t1=$(date +%s.%N)
-    if [ $rc -ne 0 ]; then
-      printf '%-34s FAILED (exit %s): %s\n' "$name" "$rc" "$(echo "$out" | head -3 | tr '\n' ' ')"
-      LAST=nan
-      return
-    fi
-    times+=("$(echo "$t1 - $t0" | bc -l)")
-  done
-  LAST=$(printf '%s\n' "${times[@]}" | median)
-  printf '%-34s %9.3f s   -> %s\n' "$name" "$LAST" "$(echo "$out" | tr '\n' ' ' | cut -c1-60)"
-}
-
-ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else echo "scale=3; $1 / $2" | bc -l; fi; }
+. benches/lib.sh
 
 echo "vlad reverse-mode benchmarks: $VLAD, median of $REPS runs, $(nproc) cores, $(date -u +%Y-%m-%d)"
 echo

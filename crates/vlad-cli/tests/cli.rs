@@ -532,3 +532,23 @@ fn check_reader_error_exits_one() {
     );
     assert!(has_caret_line(&o.stderr), "{}", o.describe());
 }
+
+#[test]
+fn array_errors_are_reported_at_the_call() {
+    // A bad count in tail position (the call's frame is reused) and inside a procedure.
+    let o = run_text("(+ 1 2)\n  (build 2.5 (lambda (i) i))\n", "");
+    assert_error_at(&o, 2, 3, "non-negative integer");
+    let o = run_text("(define (f n) (ifold (lambda (a i) a) 0 n))\n(f -1)\n", "");
+    assert_error_at(&o, 1, 15, "non-negative integer");
+    let o = run_text("(define a #(1 2))\n(get a 2)\n", "");
+    assert_error_at(&o, 2, 1, "out of range");
+    let o = run_text("(plus #(1 2)\n      #(1 2 3))\n", "");
+    assert_error_at(&o, 1, 1, "different lengths");
+}
+
+#[test]
+fn reverse_mode_array_errors_are_reported_in_the_program() {
+    // An out-of-range read inside a function differentiated by reverse mode.
+    let o = run_text("(define (f a) (get a 3))\n((*j f) (*j #(1 2)))\n", "");
+    assert_error_at(&o, 1, 15, "out of range");
+}

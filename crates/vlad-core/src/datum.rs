@@ -10,6 +10,8 @@ pub enum Datum {
     Bool(bool),
     Real(f64),
     Pair(Rc<(Datum, Datum)>),
+    /// A quoted array literal `#(...)`.
+    Array(Rc<[Datum]>),
 }
 
 impl PartialEq for Datum {
@@ -20,6 +22,7 @@ impl PartialEq for Datum {
             // Bitwise, so that hash-consing distinguishes 0 from -0 and NaN equals itself.
             (Datum::Real(a), Datum::Real(b)) => a.to_bits() == b.to_bits(),
             (Datum::Pair(a), Datum::Pair(b)) => a == b,
+            (Datum::Array(a), Datum::Array(b)) => a == b,
             _ => false,
         }
     }
@@ -37,6 +40,13 @@ impl Hash for Datum {
                 3u8.hash(h);
                 p.0.hash(h);
                 p.1.hash(h);
+            }
+            Datum::Array(a) => {
+                4u8.hash(h);
+                a.len().hash(h);
+                for x in a.iter() {
+                    x.hash(h);
+                }
             }
         }
     }

@@ -352,6 +352,16 @@ fn show_datum(d: &Datum, s: &mut String) {
             show_datum(&p.1, s);
             s.push(')');
         }
+        Datum::Array(a) => {
+            s.push_str("'#(");
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    s.push(' ');
+                }
+                show_datum(x, s);
+            }
+            s.push(')');
+        }
     }
 }
 

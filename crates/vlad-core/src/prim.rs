@@ -64,11 +64,22 @@ prims! {
     Plus => "plus",
     StarJ => "*j",
     StarJInverse => "*j-inverse",
+    // Arrays (paper 002).
+    Build => "build",
+    Ifold => "ifold",
+    Get => "get",
+    ArrayLength => "array-length",
     // Internal primitives, used by the reverse transform and the prelude; a program cannot name
     // them (`from_name` skips them).
     ZeroSensR => "%zero-sensitivity",
     SZero => "%sensitivity-zero",
     ShallowPrimal => "%shallow-primal",
+    // Used by the prelude's definitions of `build` and `ifold` and by reverse-mode `get`.
+    BuildLength => "%build-length",
+    IfoldCount => "%ifold-count",
+    ListToArrayRev => "%list->array-rev",
+    ArrayToListRev => "%array->list-rev",
+    OneHotSens => "%onehot-sensitivity",
 }
 
 impl Prim {
@@ -87,7 +98,17 @@ impl Prim {
 
     /// Internal primitives are not visible to programs.
     pub fn is_internal(self) -> bool {
-        matches!(self, Prim::ZeroSensR | Prim::SZero | Prim::ShallowPrimal)
+        matches!(
+            self,
+            Prim::ZeroSensR
+                | Prim::SZero
+                | Prim::ShallowPrimal
+                | Prim::BuildLength
+                | Prim::IfoldCount
+                | Prim::ListToArrayRev
+                | Prim::ArrayToListRev
+                | Prim::OneHotSens
+        )
     }
 
     /// Unary real functions R -> R.
@@ -138,13 +159,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn there_are_43_primitives_with_unique_names() {
+    fn there_are_47_primitives_with_unique_names() {
         let visible: Vec<Prim> = Prim::ALL
             .iter()
             .copied()
             .filter(|p| !p.is_internal())
             .collect();
-        assert_eq!(visible.len(), 43);
+        assert_eq!(visible.len(), 47);
         for p in visible {
             assert_eq!(Prim::from_name(p.name()), Some(p));
         }

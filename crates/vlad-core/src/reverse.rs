@@ -57,6 +57,7 @@ fn zero_datum(d: &Datum) -> Datum {
     match d {
         Datum::Real(_) => Datum::Real(0.0),
         Datum::Pair(p) => Datum::Pair(Rc::new((zero_datum(&p.0), zero_datum(&p.1)))),
+        Datum::Array(a) => Datum::Array(a.iter().map(zero_datum).collect()),
         other => other.clone(),
     }
 }

@@ -11,11 +11,11 @@
 //! an exponentially large tree with linear-size sharing costs linear time (paper 003 §4).
 
 use crate::code::Group;
-use crate::value::{Closure, Env, Value};
+use crate::value::{Closure, Env, SensNode, Value};
 use crate::{EvalError, Evaluator};
 use std::collections::HashMap;
 use std::rc::Rc;
-use vlad_core::{Prim, Span, Tag, Tags, Var};
+use vlad_core::{ExprId, Prim, Span, Tag, Tags, Var};
 
 /// The forward versions of the primitives, in VLAD. Each takes the forward-tagged argument `x`.
 /// Tangent rules are those of the issue (the order of operations fixes the last bits); the
@@ -45,6 +45,15 @@ const FORWARD_PRELUDE: &str = r#"
 (define write-real (lambda (x) (let ((p (write-real (primal x)))) x)))
 (define write (lambda (x) (let ((p (write (primal x)))) x)))
 (define read-real (lambda (x) (let ((r (read-real))) (bundle r (perturb 0)))))
+(define get (lambda ((%forward-cons a i)) (get a (primal i))))
+(define array-length (lambda (a) (bundle (array-length a) (perturb 0))))
+(define %build-length (lambda (n) (%build-length n)))
+(define %ifold-count (lambda (n) (%ifold-count n)))
+(define %list->array-rev (lambda (l) (%list->array-rev l)))
+(define %array->list-rev (lambda (a) (%array->list-rev a)))
+(define %onehot-sensitivity (lambda ((%forward-cons a (%forward-cons k s))) (let ((j (primal k)))
+  (bundle (%onehot-sensitivity (primal a) j (primal s))
+          (perturb (%onehot-sensitivity (unperturb (tangent a)) j (unperturb (tangent s))))))))
 "#;
 
 /// The reverse versions of the primitives (paper 003 §4), in VLAD. Each takes the reverse-tagged
@@ -129,9 +138,46 @@ const REVERSE_PRELUDE: &str = r#"
 (define %shallow-primal (lambda (x)
   (cons (*j (%shallow-primal (*j-inverse x)))
         (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x))))))
+(define get (lambda ((%reverse-cons a i)) (let ((k (*j-inverse i)))
+  (cons (get a k)
+        (lambda (sy) (%sensitivity-cons (sensitize '())
+                       (%sensitivity-cons (%onehot-sensitivity a k sy) (%zero-sensitivity i))))))))
+(define array-length (lambda (a)
+  (cons (*j (array-length a)) (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity a))))))
+(define %build-length (lambda (n)
+  (cons (%build-length n) (lambda (sy) (%sensitivity-cons (sensitize '()) sy)))))
+(define %ifold-count (lambda (n)
+  (cons (%ifold-count n) (lambda (sy) (%sensitivity-cons (sensitize '()) sy)))))
+(define %list->array-rev (lambda (l)
+  (cons (%list->array-rev l) (lambda (sy) (%sensitivity-cons (sensitize '()) (%array->list-rev sy))))))
+(define %array->list-rev (lambda (a)
+  (cons (%array->list-rev a) (lambda (sy) (%sensitivity-cons (sensitize '()) (%list->array-rev sy))))))
+(define %onehot-sensitivity (lambda ((%reverse-cons a (%reverse-cons k s))) (let ((j (*j-inverse k)))
+  (cons (*j (%onehot-sensitivity (*j-inverse a) j (*j-inverse s)))
+        (lambda (ss) (%sensitivity-cons (sensitize '())
+                       (%sensitivity-cons (%zero-sensitivity a)
+                         (%sensitivity-cons (%zero-sensitivity k) (get ss j)))))))))
 (define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
   (cons (*j (bundle a t))
         (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
+"#;
+
+/// `build` and `ifold` (paper 002), defined in VLAD: loops that call the argument procedure in
+/// index order. Their forward and reverse versions are the transforms of these definitions, so
+/// D-Build and D-IFold of paper 002 Fig. 6 (and their reverse counterparts) are not special
+/// cases anywhere. `build` accumulates `(f i)` on a list, last first, and turns it into an
+/// array at the end.
+const ARRAY_DEFINITIONS: &str = r#"
+(define build (lambda ((cons n f))
+  (let ((m (%build-length n)))
+    (letrec ((loop (lambda ((cons i acc))
+                     (if (< i m) (loop (cons (+ i 1) (cons (f i) acc))) acc))))
+      (%list->array-rev (loop (cons 0 '())))))))
+(define ifold (lambda ((cons f (cons init n)))
+  (let ((m (%ifold-count n)))
+    (letrec ((loop (lambda ((cons acc i))
+                     (if (< i m) (loop (cons (f acc i) (+ i 1))) acc))))
+      (loop (cons init 0))))))
 "#;
 
 /// Primitives whose forward version is `j*` of the primitive applied to the primal: the
@@ -226,6 +272,8 @@ fn addr(v: &Value) -> Option<usize> {
     match v {
         Value::Pair(p) if aggregate(&p.car) || aggregate(&p.cdr) => shared(p),
         Value::Closure(c) if !c.env.0.is_empty() => shared(c),
+        Value::Array(a) if !a.elems.is_empty() => shared(a),
+        Value::SensArray(a) => shared(a),
         _ => None,
     }
 }
@@ -243,6 +291,14 @@ pub fn equal_data(a: &Value, b: &Value) -> bool {
             equal_data(&p.primal, &q.primal) && equal_data(&p.tangent, &q.tangent)
         }
         (Value::Tagged(p), Value::Tagged(q)) => p.tag == q.tag && equal_data(&p.value, &q.value),
+        (Value::Array(p), Value::Array(q)) => {
+            p.tags == q.tags
+                && p.elems.len() == q.elems.len()
+                && p.elems
+                    .iter()
+                    .zip(q.elems.iter())
+                    .all(|(x, y)| equal_data(x, y))
+        }
         _ => false,
     }
 }
@@ -259,6 +315,13 @@ pub(crate) fn split_forward_shallow(v: &Value) -> (Value, Value) {
             let pert = rest.push(Tag::Perturbation).unwrap_or(rest);
             (Value::pair(rest, a1, d1), Value::pair(pert, a2, d2))
         }
+        Value::Array(a) if a.tags.top() == Some(Tag::Forward) => {
+            let (ps, ts): (Vec<Value>, Vec<Value>) =
+                a.elems.iter().map(split_forward_shallow).unzip();
+            let rest = a.tags.pop();
+            let pert = rest.push(Tag::Perturbation).unwrap_or(rest);
+            (Value::array(rest, ps), Value::array(pert, ts))
+        }
         _ => (v.clone(), v.clone()),
     }
 }
@@ -271,6 +334,13 @@ pub(crate) fn untag_shallow(v: &Value, tag: Tag) -> Value {
             p.tags.pop(),
             untag_shallow(&p.car, tag),
             untag_shallow(&p.cdr, tag),
+        ),
+        Value::Array(a) if a.tags.top() == Some(tag) => Value::array(
+            a.tags.pop(),
+            a.elems
+                .iter()
+                .map(|x| untag_shallow(x, tag))
+                .collect::<Vec<_>>(),
         ),
         _ => v.clone(),
     }
@@ -291,6 +361,8 @@ fn shape_error(span: Span, op: &str, a: &Value, b: &Value) -> EvalError {
 pub struct Prelude {
     forward: HashMap<Prim, Value>,
     reverse: HashMap<Prim, Value>,
+    /// The untransformed closures of the primitives defined in VLAD (`build`, `ifold`).
+    base: HashMap<Prim, Value>,
 }
 
 impl Evaluator {
@@ -306,6 +378,10 @@ impl Evaluator {
     ) -> Result<Value, EvalError> {
         if let Value::Zero(z) = v {
             let m = self.force_zero(&z.of, span)?;
+            return one_level(self, &m, memo);
+        }
+        if let Value::SensArray(a) = v {
+            let m = self.force_sens(a, span)?;
             return one_level(self, &m, memo);
         }
         let key = addr(v).map(|a| (a, 0));
@@ -386,11 +462,54 @@ impl Evaluator {
         // reverse transform turns `if` into calls of the reverse if-procedure itself.)
         forward_text
             .push_str("(define if-procedure (lambda ((cons c (cons t e))) (if c (t) (e))))\n");
-        let forward = self.load_prelude(&forward_text, Tag::Forward)?;
-        let reverse = self.load_prelude(&reverse_text, Tag::Reverse)?;
-        let p = Rc::new(Prelude { forward, reverse });
+        let mut forward = self.load_prelude(&forward_text, Tag::Forward)?;
+        let mut reverse = self.load_prelude(&reverse_text, Tag::Reverse)?;
+        // The versions of the primitives defined in VLAD come second: compiling transformed
+        // code lifts the primitives it calls, which needs the prelude made so far.
+        self.prelude = Some(Rc::new(Prelude {
+            forward: forward.clone(),
+            reverse: reverse.clone(),
+            base: HashMap::new(),
+        }));
+        let mut base = HashMap::new();
+        for (prim, lam) in self.expand_prelude(ARRAY_DEFINITIONS)? {
+            base.insert(prim, self.prelude_closure(lam)?);
+            let internal = |e: vlad_core::transform::TransformError| {
+                EvalError::new(Span::NONE, format!("internal error in the prelude: {e}"))
+            };
+            let f = self.arena.transform(lam, Tag::Forward).map_err(internal)?;
+            self.prim_versions.insert(f, (Tag::Forward, prim));
+            forward.insert(prim, self.prelude_closure(f)?);
+            let r = self
+                .arena
+                .reverse_transform(lam, &[], &[])
+                .map_err(internal)?;
+            self.prim_versions.insert(r, (Tag::Reverse, prim));
+            reverse.insert(prim, self.prelude_closure(r)?);
+        }
+        let p = Rc::new(Prelude {
+            forward,
+            reverse,
+            base,
+        });
         self.prelude = Some(p.clone());
         Ok(p)
+    }
+
+    /// The untransformed closure of a primitive defined in VLAD (`build`, `ifold`).
+    pub(crate) fn array_definition(&mut self, p: Prim) -> Result<Value, EvalError> {
+        let prelude = self.prelude()?;
+        Ok(prelude.base[&p].clone())
+    }
+
+    /// A closure of no free variables over the lambda `lam`.
+    fn prelude_closure(&mut self, lam: ExprId) -> Result<Value, EvalError> {
+        let g = self.group(&[], &[lam])?;
+        Ok(Value::Closure(Rc::new(Closure {
+            group: self.code.groups[g as usize].clone(),
+            index: 0,
+            env: Rc::new(Env(vec![])),
+        })))
     }
 
     /// Expands prelude definitions: each `(define prim (lambda ...))` gives the `tag` version of
@@ -398,23 +517,9 @@ impl Evaluator {
     fn load_prelude(&mut self, text: &str, tag: Tag) -> Result<HashMap<Prim, Value>, EvalError> {
         let internal =
             |m: String| EvalError::new(Span::NONE, format!("internal error in the prelude: {m}"));
-        let mut sources = vlad_syntax::SourceMap::builtin();
-        let path = std::path::Path::new("<prelude>");
-        let forms = vlad_syntax::program::load_str(&mut sources, path, text, &[])
-            .map_err(|d| internal(d.message))?;
         let mut out = HashMap::new();
-        for f in forms {
-            let vlad_syntax::program::TopForm::Define(d) = f else {
-                continue;
-            };
-            let items = d.list().expect("a define form");
-            let name = items[1].symbol().map(String::from).unwrap_or_default();
-            let prim = Prim::from_name_internal(&name)
-                .ok_or_else(|| internal(format!("`{name}` is not a primitive")))?;
-            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
-            ex.internal = true;
-            let (_, _, mut lam) = ex.define(items, d.span).map_err(|d| internal(d.message))?;
-            lam = if prim == Prim::IfProcedure && tag == Tag::Forward {
+        for (prim, lam) in self.expand_prelude(text)? {
+            let lam = if prim == Prim::IfProcedure && tag == Tag::Forward {
                 self.arena
                     .transform(lam, tag)
                     .map_err(|e| internal(e.to_string()))?
@@ -429,16 +534,32 @@ impl Evaluator {
                 l
             };
             self.prim_versions.insert(lam, (tag, prim));
-            let g = self.group(&[], &[lam])?;
-            let group = self.code.groups[g as usize].clone();
-            out.insert(
-                prim,
-                Value::Closure(Rc::new(Closure {
-                    group,
-                    index: 0,
-                    env: Rc::new(Env(vec![])),
-                })),
-            );
+            out.insert(prim, self.prelude_closure(lam)?);
+        }
+        Ok(out)
+    }
+
+    /// The lambdas of the prelude's `(define prim (lambda ...))` forms, untransformed.
+    fn expand_prelude(&mut self, text: &str) -> Result<Vec<(Prim, ExprId)>, EvalError> {
+        let internal =
+            |m: String| EvalError::new(Span::NONE, format!("internal error in the prelude: {m}"));
+        let mut sources = vlad_syntax::SourceMap::builtin();
+        let path = std::path::Path::new("<prelude>");
+        let forms = vlad_syntax::program::load_str(&mut sources, path, text, &[])
+            .map_err(|d| internal(d.message))?;
+        let mut out = Vec::new();
+        for f in forms {
+            let vlad_syntax::program::TopForm::Define(d) = f else {
+                continue;
+            };
+            let items = d.list().expect("a define form");
+            let name = items[1].symbol().map(String::from).unwrap_or_default();
+            let prim = Prim::from_name_internal(&name)
+                .ok_or_else(|| internal(format!("`{name}` is not a primitive")))?;
+            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
+            ex.internal = true;
+            let (_, _, lam) = ex.define(items, d.span).map_err(|d| internal(d.message))?;
+            out.push((prim, lam));
         }
         Ok(out)
     }
@@ -504,6 +625,15 @@ impl Evaluator {
         c.env.0.iter().map(|x| f(self, x)).collect()
     }
 
+    /// An array's elements mapped one by one.
+    fn map_elems(
+        &mut self,
+        a: &crate::value::Array,
+        mut f: impl FnMut(&mut Self, &Value) -> Result<Value, EvalError>,
+    ) -> Result<Vec<Value>, EvalError> {
+        a.elems.iter().map(|x| f(self, x)).collect()
+    }
+
     fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
         Value::Closure(Rc::new(Closure {
             group,
@@ -543,7 +673,11 @@ impl Evaluator {
                     Value::bundle(p, t)
                 }
                 Value::Tagged(t) => Value::tagged(t.tag, this.zero_m(&t.value, span, memo)?),
-                Value::Zero(_) => unreachable!("forced above"),
+                Value::Array(a) => {
+                    let elems = this.map_elems(a, |this, x| this.zero_m(x, span, memo))?;
+                    Value::array(a.tags, elems)
+                }
+                Value::Zero(_) | Value::SensArray(_) => unreachable!("forced above"),
             })
         })
     }
@@ -575,6 +709,10 @@ impl Evaluator {
                     let a = this.tag_m(&p.car, tag, span, memo)?;
                     let d = this.tag_m(&p.cdr, tag, span, memo)?;
                     Value::pair(p.tags.push(tag).expect("depth checked"), a, d)
+                }
+                Value::Array(a) => {
+                    let elems = this.map_elems(a, |this, x| this.tag_m(x, tag, span, memo))?;
+                    Value::array(a.tags.push(tag).expect("depth checked"), elems)
                 }
                 Value::Closure(c) => {
                     let g = this.transform_group(&c.group, tag, span)?;
@@ -619,6 +757,10 @@ impl Evaluator {
                     let a = this.untag_m(&p.car, tag, span, memo)?;
                     let d = this.untag_m(&p.cdr, tag, span, memo)?;
                     Value::pair(p.tags.pop(), a, d)
+                }
+                Value::Array(a) if a.tags.top() == Some(tag) => {
+                    let elems = this.map_elems(a, |this, x| this.untag_m(x, tag, span, memo))?;
+                    Value::array(a.tags.pop(), elems)
                 }
                 Value::Closure(c)
                     if tag == Tag::Reverse && this.prim_version(c, Tag::Reverse).is_some() =>
@@ -680,6 +822,14 @@ impl Evaluator {
             let m = self.force_zero(&z.of, span)?;
             return self.bundle_m(p, &m, span, memo);
         }
+        if let Value::SensArray(a) = p {
+            let m = self.force_sens(a, span)?;
+            return self.bundle_m(&m, t, span, memo);
+        }
+        if let Value::SensArray(a) = t {
+            let m = self.force_sens(a, span)?;
+            return self.bundle_m(p, &m, span, memo);
+        }
         let key = match (addr(p), addr(t)) {
             (Some(a), Some(b)) => Some((a, b)),
             _ => None,
@@ -692,7 +842,7 @@ impl Evaluator {
             _ => None,
         };
         let r = match p {
-            Value::Zero(_) => unreachable!("forced above"),
+            Value::Zero(_) | Value::SensArray(_) => unreachable!("forced above"),
             Value::Prim(q) => match inner {
                 Some(Value::Prim(q2)) if q2 == q => {
                     let prelude = self.prelude()?;
@@ -720,6 +870,21 @@ impl Evaluator {
                         .push(Tag::Forward)
                         .ok_or_else(|| EvalError::new(span, "AD nesting too deep"))?;
                     Value::pair(tags, a, d)
+                }
+                _ => return Err(shape_error(span, "bundle", p, t)),
+            },
+            Value::Array(pa) => match t {
+                Value::Array(ta) if Some(ta.tags) == pa.tags.push(Tag::Perturbation) => {
+                    check_lengths(span, "bundle", pa.elems.len(), ta.elems.len())?;
+                    let mut elems = Vec::with_capacity(pa.elems.len());
+                    for (x, y) in pa.elems.iter().zip(ta.elems.iter()) {
+                        elems.push(self.bundle_m(x, y, span, memo)?);
+                    }
+                    let tags = pa
+                        .tags
+                        .push(Tag::Forward)
+                        .ok_or_else(|| EvalError::new(span, "AD nesting too deep"))?;
+                    Value::array(tags, elems)
                 }
                 _ => return Err(shape_error(span, "bundle", p, t)),
             },
@@ -787,6 +952,17 @@ impl Evaluator {
                     };
                     Value::pair(tags, a, d)
                 }
+                Value::Array(a) if a.tags.top() == Some(Tag::Forward) => {
+                    let elems =
+                        this.map_elems(a, |this, x| this.split_m(x, tangent, span, memo))?;
+                    let rest = a.tags.pop();
+                    let tags = if tangent {
+                        rest.push(Tag::Perturbation).expect("same depth")
+                    } else {
+                        rest
+                    };
+                    Value::array(tags, elems)
+                }
                 Value::Closure(c) if this.prim_version(c, Tag::Forward).is_some() => {
                     let q = Value::Prim(this.prim_version(c, Tag::Forward).expect("checked"));
                     if tangent {
@@ -837,6 +1013,21 @@ impl Evaluator {
         if let Value::Zero(_) = b {
             return Ok(a.clone());
         }
+        // A sum involving a lazy array sensitivity stays lazy: O(1) here, O(n + contributions)
+        // once, when the sum is looked at.
+        if matches!(a, Value::SensArray(_)) || matches!(b, Value::SensArray(_)) {
+            return match (array_shape(a), array_shape(b)) {
+                (Some((ta, na)), Some((tb, nb))) if ta == tb => {
+                    check_lengths(span, "plus", na, nb)?;
+                    Ok(Value::sens_array(
+                        ta,
+                        na,
+                        SensNode::Sum(a.clone(), b.clone()),
+                    ))
+                }
+                _ => Err(shape_error(span, "plus", a, b)),
+            };
+        }
         let key = match (addr(a), addr(b)) {
             (Some(x), Some(y)) => Some((x, y)),
             _ => None,
@@ -845,6 +1036,14 @@ impl Evaluator {
             return Ok(r);
         }
         let r = match (a, b) {
+            (Value::Array(p), Value::Array(q)) if p.tags == q.tags => {
+                check_lengths(span, "plus", p.elems.len(), q.elems.len())?;
+                let mut elems = Vec::with_capacity(p.elems.len());
+                for (x, y) in p.elems.iter().zip(q.elems.iter()) {
+                    elems.push(self.plus_m(x, y, span, memo)?);
+                }
+                Value::array(p.tags, elems)
+            }
             (Value::Real(x), Value::Real(y)) => Value::Real(x + y),
             (Value::Nil, Value::Nil) => Value::Nil,
             (Value::Bool(x), Value::Bool(y)) if x == y => a.clone(),
@@ -910,7 +1109,11 @@ impl Evaluator {
                     Value::bundle(p, t)
                 }
                 Value::Tagged(t) => Value::tagged(t.tag, this.szero_m(&t.value, span, memo)?),
-                Value::Zero(_) => unreachable!("forced by memoised"),
+                Value::Array(a) => {
+                    let elems = this.map_elems(a, |this, x| this.szero_m(x, span, memo))?;
+                    Value::array(a.tags, elems)
+                }
+                Value::Zero(_) | Value::SensArray(_) => unreachable!("forced by memoised"),
             })
         })
     }
@@ -926,6 +1129,11 @@ impl Evaluator {
                     Value::zero_of(p.car.clone()),
                     Value::zero_of(p.cdr.clone()),
                 ))
+            }
+            Value::Array(a) if a.tags.top() == Some(Tag::Reverse) => {
+                let tags = a.tags.pop().push(Tag::Sensitivity).expect("same depth");
+                let elems: Vec<Value> = a.elems.iter().map(|x| Value::zero_of(x.clone())).collect();
+                Ok(Value::array(tags, elems))
             }
             Value::Closure(c)
                 if c.group.tags.top() == Some(Tag::Reverse)
@@ -961,6 +1169,14 @@ impl Evaluator {
             Value::Bundle(b) => b.primal.clone(),
             Value::Tagged(t) => t.value.clone(),
             Value::Pair(p) => Value::pair(p.tags.pop(), p.car.clone(), p.cdr.clone()),
+            Value::Array(a) => Value::Array(Rc::new(crate::value::Array {
+                tags: a.tags.pop(),
+                elems: a.elems.clone(),
+            })),
+            Value::SensArray(a) => {
+                let m = self.force_sens(a, span)?;
+                self.shallow_primal(&m, span)?
+            }
             Value::Closure(c) if self.prim_version(c, tag).is_some() => {
                 Value::Prim(self.prim_version(c, tag).expect("checked"))
             }
@@ -1004,6 +1220,14 @@ impl Evaluator {
             }
             Value::Tagged(t) if has_zero(v) => {
                 Value::tagged(t.tag, self.materialize(&t.value, span)?)
+            }
+            Value::SensArray(a) => {
+                let m = self.force_sens(a, span)?;
+                self.materialize(&m, span)?
+            }
+            Value::Array(a) if has_zero(v) => {
+                let elems = self.map_elems(a, |this, x| this.materialize(x, span))?;
+                Value::array(a.tags, elems)
             }
             _ => v.clone(),
         })
@@ -1063,11 +1287,12 @@ fn has_zero(v: &Value) -> bool {
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {
         match v {
-            Value::Zero(_) => return true,
+            Value::Zero(_) | Value::SensArray(_) => return true,
             Value::Pair(p) => {
                 stack.push(&p.car);
                 stack.push(&p.cdr);
             }
+            Value::Array(a) => stack.extend(a.elems.iter()),
             Value::Bundle(b) => {
                 stack.push(&b.primal);
                 stack.push(&b.tangent);
@@ -1158,6 +1383,32 @@ pub(crate) fn fast_forward(p: Prim, arg: &Value) -> Option<Value> {
         Prim::IsZero => boolean(x == 0.0),
         Prim::IsPositive => boolean(x > 0.0),
         Prim::IsNegative => boolean(x < 0.0),
+        _ => None,
+    }
+}
+
+/// Arrays combined point-wise must have the same length: never truncate silently.
+fn check_lengths(span: Span, op: &str, a: usize, b: usize) -> Result<(), EvalError> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(EvalError::new(
+            span,
+            format!("{op}: the arrays have different lengths ({a} and {b})"),
+        ))
+    }
+}
+
+/// The tags and length of an array sensitivity in any of its forms (dense, lazy, or a lazy zero
+/// of an array).
+fn array_shape(v: &Value) -> Option<(Tags, usize)> {
+    match v {
+        Value::Array(a) => Some((a.tags, a.elems.len())),
+        Value::SensArray(a) => Some((a.tags, a.len)),
+        Value::Zero(z) => match &z.of {
+            Value::Array(a) => Some((v.tags(), a.elems.len())),
+            _ => None,
+        },
         _ => None,
     }
 }

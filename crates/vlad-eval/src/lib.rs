@@ -7,6 +7,7 @@
 //! transforms of `vlad_core::transform`.
 
 pub mod ad;
+mod array;
 pub mod code;
 pub mod io;
 mod machine;
@@ -66,6 +67,10 @@ pub fn datum_value(d: &Datum) -> Value {
         Datum::Nil => Value::Nil,
         Datum::Bool(b) => Value::Bool(*b),
         Datum::Real(r) => Value::Real(*r),
+        Datum::Array(a) => Value::array(
+            vlad_core::Tags::EMPTY,
+            a.iter().map(datum_value).collect::<Vec<_>>(),
+        ),
         Datum::Pair(p) => {
             // Iterative along the spine: quoted lists can be long.
             let mut items = Vec::new();

@@ -69,6 +69,10 @@ pub(crate) struct State {
     fp: usize,
     clo: Rc<Closure>,
     konts: Vec<Kont>,
+    /// The most recent call made from the user's program: where an error raised inside
+    /// built-in code is reported when no enclosing user call frame is left (tail calls reuse
+    /// frames).
+    site: Span,
 }
 
 impl Evaluator {
@@ -100,6 +104,7 @@ impl Evaluator {
             fp: 0,
             clo: caller,
             konts: Vec::new(),
+            site: Span::NONE,
         };
         let mode = self.apply(&mut st, f, arg, span)?;
         self.run(&mut st, mode)
@@ -163,7 +168,9 @@ impl Evaluator {
                     Kont::Frame { span, .. } if is_user_span(*span) => Some(*span),
                     _ => None,
                 });
-                if let Some(site) = site {
+                if is_user_span(st.site) {
+                    e.span = st.site;
+                } else if let Some(site) = site {
                     e.span = site;
                 }
             }
@@ -402,6 +409,9 @@ impl Evaluator {
         arg: Value,
         span: Span,
     ) -> Result<Mode, EvalError> {
+        if is_user_span(span) {
+            st.site = span;
+        }
         match f {
             Value::Closure(c) => {
                 // Transformed code may only run on values of its level: a forward procedure on

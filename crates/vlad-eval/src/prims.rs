@@ -93,6 +93,16 @@ impl Evaluator {
         span: Span,
     ) -> Result<Outcome, EvalError> {
         let e = |m: String| EvalError::new(span, m);
+        if let Prim::Build | Prim::Ifold = p {
+            // Defined in VLAD (a loop calling the argument procedure): run that definition.
+            let f = self.array_definition(p)?;
+            return Ok(Outcome::TailCall(f, arg));
+        }
+        // The array primitives look through lazy sensitivities themselves (forcing only what
+        // they need).
+        if let Some(v) = self.apply_array_prim(p, &arg, span)? {
+            return Ok(Outcome::Value(v));
+        }
         // Lazy zero sensitivities are computed before a primitive inspects its argument (the AD
         // operators handle them themselves).
         // (Only the top two levels are looked at: that is where a primitive's operands are;
@@ -164,9 +174,9 @@ impl Evaluator {
 
 /// Is there a lazy zero among the top two levels of `v`?
 fn shallow_zero(v: &Value) -> bool {
-    let is_zero = |v: &Value| matches!(v, Value::Zero(_));
+    let is_zero = |v: &Value| matches!(v, Value::Zero(_) | Value::SensArray(_));
     match v {
-        Value::Zero(_) => true,
+        Value::Zero(_) | Value::SensArray(_) => true,
         Value::Pair(p) => {
             is_zero(&p.car)
                 || is_zero(&p.cdr)

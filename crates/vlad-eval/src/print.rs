@@ -14,6 +14,29 @@ pub fn to_string(v: &Value) -> String {
 }
 
 fn write(v: &Value, s: &mut String) {
+    // Tagged aggregates print as the tag applied to the untagged aggregate.
+    if let Value::Pair(_) | Value::Array(_) = v {
+        match v.tags().top() {
+            Some(Tag::Forward) => {
+                let (primal, tangent) = crate::ad::split_forward_shallow(v);
+                s.push_str("(forward ");
+                write(&primal, s);
+                s.push(' ');
+                write(&tangent, s);
+                s.push(')');
+                return;
+            }
+            Some(tag) => {
+                s.push('(');
+                s.push_str(tag.name());
+                s.push(' ');
+                write(&crate::ad::untag_shallow(v, tag), s);
+                s.push(')');
+                return;
+            }
+            None => {}
+        }
+    }
     match v {
         Value::Nil => s.push_str("()"),
         Value::Bool(true) => s.push_str("#t"),
@@ -28,6 +51,17 @@ fn write(v: &Value, s: &mut String) {
         // Callers materialise zeros before printing (`Evaluator::materialize`); this is a
         // fallback for error messages.
         Value::Zero(_) => s.push_str("(sensitivity <zero>)"),
+        Value::SensArray(_) => s.push_str("(sensitivity <array>)"),
+        Value::Array(a) => {
+            s.push_str("#(");
+            for (i, x) in a.elems.iter().enumerate() {
+                if i > 0 {
+                    s.push(' ');
+                }
+                write(x, s);
+            }
+            s.push(')');
+        }
         Value::Bundle(b) => {
             s.push_str("(forward ");
             write(&b.primal, s);
@@ -42,43 +76,26 @@ fn write(v: &Value, s: &mut String) {
             write(&t.value, s);
             s.push(')');
         }
-        Value::Pair(p) => match p.tags.top() {
-            Some(Tag::Forward) => {
-                let (primal, tangent) = crate::ad::split_forward_shallow(v);
-                s.push_str("(forward ");
-                write(&primal, s);
-                s.push(' ');
-                write(&tangent, s);
-                s.push(')');
-            }
-            Some(tag) => {
-                s.push('(');
-                s.push_str(tag.name());
-                s.push(' ');
-                write(&crate::ad::untag_shallow(v, tag), s);
-                s.push(')');
-            }
-            None => {
-                s.push('(');
-                write(&p.car, s);
-                let mut rest = &p.cdr;
-                loop {
-                    match rest {
-                        Value::Nil => break,
-                        Value::Pair(q) if q.tags.is_empty() => {
-                            s.push(' ');
-                            write(&q.car, s);
-                            rest = &q.cdr;
-                        }
-                        other => {
-                            s.push_str(" . ");
-                            write(other, s);
-                            break;
-                        }
+        Value::Pair(p) => {
+            s.push('(');
+            write(&p.car, s);
+            let mut rest = &p.cdr;
+            loop {
+                match rest {
+                    Value::Nil => break,
+                    Value::Pair(q) if q.tags.is_empty() => {
+                        s.push(' ');
+                        write(&q.car, s);
+                        rest = &q.cdr;
+                    }
+                    other => {
+                        s.push_str(" . ");
+                        write(other, s);
+                        break;
                     }
                 }
-                s.push(')');
             }
-        },
+            s.push(')');
+        }
     }
 }

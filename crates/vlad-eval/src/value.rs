@@ -8,6 +8,7 @@
 //! reals, exactly as the reference implementation represents it.
 
 use crate::code::Group;
+use std::cell::RefCell;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
 
@@ -27,6 +28,40 @@ pub enum Value {
     /// mode code for sensitivities nothing has flowed into. `plus` treats it as the identity;
     /// anything that looks inside it materialises it one level at a time.
     Zero(Rc<ZeroOf>),
+    /// An array (paper 002), tagged structurally like a pair: its tag stack, and elements that
+    /// carry those tags themselves.
+    Array(Rc<Array>),
+    /// A lazy sensitivity of an array: a sum of sparse contributions (reverse-mode `get` makes
+    /// one-hot ones) computed into a dense array only when something looks inside. This is what
+    /// makes a gradient through n reads of an n-array cost O(n), not O(n^2) (paper 004 §6-7).
+    SensArray(Rc<SensArray>),
+}
+
+pub struct Array {
+    pub tags: Tags,
+    /// Shared, so that retagging only the top (the shallow primal) is O(1).
+    pub elems: Rc<[Value]>,
+}
+
+pub struct SensArray {
+    pub tags: Tags,
+    pub len: usize,
+    pub node: RefCell<SensNode>,
+}
+
+pub enum SensNode {
+    /// `value` at `index`, the zero sensitivity of the element of the reverse array `of`
+    /// everywhere else.
+    OneHot {
+        of: Value,
+        index: usize,
+        value: Value,
+    },
+    /// The sum of two sensitivities of the same array (each an `Array`, a `SensArray` or a lazy
+    /// zero).
+    Sum(Value, Value),
+    /// The dense array, once computed.
+    Forced(Value),
 }
 
 pub struct ZeroOf {
@@ -74,6 +109,21 @@ impl Value {
         Value::Zero(Rc::new(ZeroOf { of }))
     }
 
+    pub fn array(tags: Tags, elems: impl Into<Rc<[Value]>>) -> Value {
+        Value::Array(Rc::new(Array {
+            tags,
+            elems: elems.into(),
+        }))
+    }
+
+    pub fn sens_array(tags: Tags, len: usize, node: SensNode) -> Value {
+        Value::SensArray(Rc::new(SensArray {
+            tags,
+            len,
+            node: RefCell::new(node),
+        }))
+    }
+
     pub fn bundle(primal: Value, tangent: Value) -> Value {
         Value::Bundle(Rc::new(Bundle { primal, tangent }))
     }
@@ -83,6 +133,8 @@ impl Value {
         match self {
             Value::Nil | Value::Bool(_) | Value::Real(_) | Value::Prim(_) => Tags::EMPTY,
             Value::Pair(p) => p.tags,
+            Value::Array(a) => a.tags,
+            Value::SensArray(a) => a.tags,
             Value::Closure(c) => c.group.tags,
             Value::Bundle(b) => b.primal.tags().push(Tag::Forward).unwrap_or(Tags::EMPTY),
             Value::Tagged(t) => t.value.tags().push(t.tag).unwrap_or(Tags::EMPTY),
@@ -123,6 +175,15 @@ impl Value {
             Value::Pair(p) => format!("a {} pair", p.tags.top().expect("tagged").name()),
             Value::Closure(_) => "a procedure".into(),
             Value::Zero(_) => "a zero sensitivity".into(),
+            Value::Array(a) if a.tags.is_empty() => {
+                format!("an array of length {}", a.elems.len())
+            }
+            Value::Array(a) => format!(
+                "a {} array of length {}",
+                a.tags.top().expect("tagged").name(),
+                a.elems.len()
+            ),
+            Value::SensArray(a) => format!("a sensitivity array of length {}", a.len),
             Value::Bundle(_) | Value::Tagged(_) => {
                 let s = crate::print::to_string(self);
                 if s.len() > 60 {
@@ -169,8 +230,43 @@ fn take_children(v: &mut Value, out: &mut Vec<Value>) {
                 out.push(std::mem::replace(&mut z.of, Value::Nil));
             }
         }
+        Value::Array(rc) => {
+            if let Some(a) = Rc::get_mut(rc) {
+                if let Some(elems) = Rc::get_mut(&mut a.elems) {
+                    out.extend(elems.iter_mut().map(|x| std::mem::replace(x, Value::Nil)));
+                }
+            }
+        }
+        Value::SensArray(rc) => {
+            if let Some(a) = Rc::get_mut(rc) {
+                let node = std::mem::replace(a.node.get_mut(), SensNode::Forced(Value::Nil));
+                node_children(node, out);
+            }
+        }
         _ => {}
     }
+}
+
+fn node_children(node: SensNode, out: &mut Vec<Value>) {
+    match node {
+        SensNode::OneHot { of, value, .. } => {
+            out.push(of);
+            out.push(value);
+        }
+        SensNode::Sum(a, b) => {
+            out.push(a);
+            out.push(b);
+        }
+        SensNode::Forced(v) => out.push(v),
+    }
+}
+
+/// Frees a lazy sensitivity node that was replaced by its dense value (the node may head a
+/// long chain of sums).
+pub(crate) fn drop_node(node: SensNode) {
+    let mut work = Vec::new();
+    node_children(node, &mut work);
+    drain(work);
 }
 
 fn drain(mut work: Vec<Value>) {
@@ -187,6 +283,8 @@ fn owns_chain(v: &Value) -> bool {
         Value::Bundle(rc) => Rc::strong_count(rc) == 1,
         Value::Tagged(rc) => Rc::strong_count(rc) == 1,
         Value::Zero(rc) => Rc::strong_count(rc) == 1,
+        Value::Array(rc) => Rc::strong_count(rc) == 1 && Rc::strong_count(&rc.elems) == 1,
+        Value::SensArray(rc) => Rc::strong_count(rc) == 1,
         _ => false,
     }
 }
@@ -233,5 +331,35 @@ impl Drop for Tagged {
             return;
         }
         drain(vec![std::mem::replace(&mut self.value, Value::Nil)]);
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        if !self.elems.iter().any(owns_chain) {
+            return;
+        }
+        if let Some(elems) = Rc::get_mut(&mut self.elems) {
+            drain(
+                elems
+                    .iter_mut()
+                    .map(|x| std::mem::replace(x, Value::Nil))
+                    .collect(),
+            );
+        }
+    }
+}
+
+impl Drop for SensArray {
+    fn drop(&mut self) {
+        let node = std::mem::replace(self.node.get_mut(), SensNode::Forced(Value::Nil));
+        let chain = match &node {
+            SensNode::OneHot { of, value, .. } => owns_chain(of) || owns_chain(value),
+            SensNode::Sum(a, b) => owns_chain(a) || owns_chain(b),
+            SensNode::Forced(v) => owns_chain(v),
+        };
+        if chain {
+            drop_node(node);
+        }
     }
 }

@@ -332,6 +332,10 @@ const PRIMS: &[&str] = &[
     "plus",
     "*j",
     "*j-inverse",
+    "build",
+    "ifold",
+    "get",
+    "array-length",
 ];
 
 /// The forward-AD primitives, favoured so that AD paths get real coverage.
@@ -397,6 +401,11 @@ impl Gen<'_> {
                 let a = self.datum(depth - 1);
                 let b = self.datum(depth - 1);
                 format!("({a} . {b})")
+            }
+            5 if self.rng.one_in(2) => {
+                let n = self.rng.below(4);
+                let items: Vec<String> = (0..n).map(|_| self.datum(depth - 1)).collect();
+                format!("#({})", items.join(" "))
             }
             _ => {
                 let n = self.rng.below(4);
@@ -524,7 +533,7 @@ impl Gen<'_> {
             return self.leaf();
         }
         let d = depth - 1;
-        match self.rng.below(24) {
+        match self.rng.below(26) {
             0 | 1 => {
                 let p = self.rng.pick(PRIMS);
                 format!("({p} {})", self.args(d, 3))
@@ -644,6 +653,20 @@ impl Gen<'_> {
                     .rng
                     .pick(&["primal", "tangent", "unperturb", "perturb", "zero"]);
                 format!("({op} {x})")
+            }
+            23 | 24 => {
+                // Arrays: usually well-formed, sometimes not (bad counts, indices, procedures).
+                let n = if self.rng.one_in(3) {
+                    self.expr(d)
+                } else {
+                    self.rng.below(4).to_string()
+                };
+                let l = self.lambda(depth);
+                match self.rng.below(3) {
+                    0 => format!("(build {n} {l})"),
+                    1 => format!("(ifold {l} {} {n})", self.expr(d)),
+                    _ => format!("(get (build {n} {l}) {})", self.expr(d)),
+                }
             }
             _ => {
                 let f = self.expr(d);

@@ -48,7 +48,9 @@ pub fn datum(s: &Sexp) -> R<Datum> {
             )
         }
         SexpKind::Str(_) => return err(s.span, "strings are not VLAD data"),
-        SexpKind::Vector(_) => return err(s.span, "array literals are not supported yet"),
+        SexpKind::Vector(items) => {
+            Datum::Array(items.iter().map(datum).collect::<R<Vec<_>>>()?.into())
+        }
     })
 }
 
@@ -113,7 +115,8 @@ impl<'a> Expander<'a> {
             SexpKind::Bool(b) => Ok(self.constant(Datum::Bool(*b))),
             SexpKind::Symbol(name) => self.lookup(name, s.span),
             SexpKind::Str(_) => err(s.span, "strings are not VLAD expressions"),
-            SexpKind::Vector(_) => err(s.span, "array literals must be quoted"),
+            // Like Scheme's `#(1 2 3)`, an array literal is self-quoting.
+            SexpKind::Vector(_) => Ok(self.constant(datum(s)?)),
             SexpKind::Dotted(..) => err(s.span, "a dotted list is not an expression"),
             SexpKind::List(items) if items.is_empty() => Ok(self.constant(Datum::Nil)),
             SexpKind::List(items) => {
@@ -420,15 +423,16 @@ impl<'a> Expander<'a> {
         result
     }
 
-    /// In the built-in prelude only: `(%reverse-cons a b)` and `(%sensitivity-cons a b)` build and
-    /// match pairs tagged at one level, which transformed primitives need to take their
-    /// arguments apart without traversing them.
+    /// In the built-in prelude only: `(%reverse-cons a b)`, `(%forward-cons a b)` and
+    /// `(%sensitivity-cons a b)` build and match pairs tagged at one level, which transformed
+    /// primitives need to take their arguments apart without traversing them.
     fn internal_cons(&self, head: &str) -> Option<Tags> {
         if !self.internal {
             return None;
         }
         let tag = match head {
             "%reverse-cons" => vlad_core::Tag::Reverse,
+            "%forward-cons" => vlad_core::Tag::Forward,
             "%sensitivity-cons" => vlad_core::Tag::Sensitivity,
             _ => return None,
         };
