@@ -140,7 +140,10 @@ impl Evaluator {
                     return Err(e(format!("get: expected an array, got {}", a.describe())));
                 };
                 let Some(k) = (match i {
-                    Value::Real(r) => natural(*r),
+                    // Integers too large for an index are out of range, like any other.
+                    Value::Real(r) if *r >= 0.0 && r.fract() == 0.0 => {
+                        Some(natural(*r).unwrap_or(usize::MAX))
+                    }
                     _ => None,
                 }) else {
                     return Err(e(format!(
@@ -152,7 +155,8 @@ impl Evaluator {
                     Some(x) => x.clone(),
                     None => {
                         return Err(e(format!(
-                            "get: index {k} is out of range for an array of length {}",
+                            "get: index {} is out of range for an array of length {}",
+                            i.describe(),
                             arr.elems.len()
                         )))
                     }
@@ -168,16 +172,25 @@ impl Evaluator {
                 }
             },
             Prim::BuildLength | Prim::IfoldCount => {
-                if scalar_primal(arg).and_then(natural).is_none() {
-                    let (op, what) = if p == Prim::BuildLength {
-                        ("build", "length")
-                    } else {
-                        ("ifold", "count")
-                    };
-                    return Err(e(format!(
-                        "{op}: the {what} must be a non-negative integer, got {}",
-                        arg.describe()
-                    )));
+                let (op, what) = if p == Prim::BuildLength {
+                    ("build", "length")
+                } else {
+                    ("ifold", "count")
+                };
+                match scalar_primal(arg) {
+                    Some(r) if natural(r).is_some() => {}
+                    Some(r) if r >= 0.0 && r.fract() == 0.0 => {
+                        return Err(e(format!(
+                            "{op}: the {what} {} is too large",
+                            arg.describe()
+                        )))
+                    }
+                    _ => {
+                        return Err(e(format!(
+                            "{op}: the {what} must be a non-negative integer, got {}",
+                            arg.describe()
+                        )))
+                    }
                 }
                 arg.clone()
             }
@@ -202,7 +215,10 @@ impl Evaluator {
             }
             Prim::ArrayToListRev => {
                 let Some(arr) = self.as_array(arg, span)? else {
-                    return Err(e(format!("expected an array, got {}", arg.describe())));
+                    return Err(e(format!(
+                        "the sensitivity of an array made by `build` must be an array, got {}",
+                        arg.describe()
+                    )));
                 };
                 let mut acc = self.lift(Value::Nil, arr.tags, span)?;
                 for x in arr.elems.iter() {
