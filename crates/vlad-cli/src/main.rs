@@ -1,6 +1,7 @@
 //! `vlad`: run and check VLAD programs.
 
 mod check;
+mod compile;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -36,6 +37,17 @@ enum Command {
         #[arg(long, value_name = "N")]
         max_steps: Option<u64>,
     },
+    /// Analyse a program for compilation and print what the compiler knows about it.
+    Compile {
+        file: PathBuf,
+        /// Extra directories searched by `include`.
+        #[arg(short = 'I', value_name = "DIR")]
+        include: Vec<PathBuf>,
+        /// What to print: `flow`, the abstract argument and result of every specialised
+        /// function the flow analysis found.
+        #[arg(long, value_enum, default_value = "flow")]
+        emit: compile::Emit,
+    },
     /// Check a conformance file: every `expr ===> expected` assertion must hold.
     Check {
         file: PathBuf,
@@ -68,6 +80,11 @@ fn main() -> ExitCode {
                 include,
                 max_steps,
             } => check::check(&file, &include, max_steps),
+            Command::Compile {
+                file,
+                include,
+                emit,
+            } => compile::compile(&file, &include, emit),
         });
     match worker.map(|h| h.join()) {
         Ok(Ok(code)) => ExitCode::from(code),
@@ -78,7 +95,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
+pub(crate) fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
     eprint!("{}", d.render(sources));
     1
 }

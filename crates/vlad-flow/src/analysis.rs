@@ -1,0 +1,538 @@
+//! The polyvariant abstract interpreter (paper 001 §5.6).
+//!
+//! The analysis is a table from *keys* (a code, an abstract environment and an abstract
+//! argument: one specialised function each) to abstract results. Evaluating a body consults the
+//! table for every call it makes, adding keys it has not seen; passes over all keys repeat until
+//! no result changes. Results only grow (by `Av::join`), and the lattice is finite: values are
+//! depth-bounded (`MAX_DEPTH`), and a code called with more than `MAX_VARIANTS` different
+//! abstract arguments gets one merged key from then on (a loop counter that is a different
+//! constant at each iteration widens to "some real", constants that never change stay known).
+//! So the analysis always terminates, without `(real ...)` annotations.
+//!
+//! Not yet handled (reported as `FlowError`, with the position): the AD operators and
+//! AD-tagged code. See docs/flow.md for the plan.
+
+use crate::domain::{Av, Callee, CodeId, MAX_DEPTH};
+use std::collections::HashMap;
+use std::rc::Rc;
+use vlad_core::{Arena, Datum, Expr, ExprId, Pattern, Prim, Span, Tags, Var};
+
+/// A code's different abstract arguments before its keys are merged.
+pub const MAX_VARIANTS: usize = 8;
+
+/// A safety net: an analysis this large is reported, never run until memory runs out.
+pub const MAX_KEYS: usize = 200_000;
+
+/// Member `index` of a `letrec` group (a plain lambda: a group of one, with no names).
+#[derive(Clone, Debug)]
+pub struct Code {
+    pub names: Rc<[Var]>,
+    pub lambdas: Rc<[ExprId]>,
+    pub index: u32,
+    /// The group's environment layout: its free variables, sorted.
+    pub free: Rc<[Var]>,
+}
+
+impl Code {
+    pub fn lambda(&self) -> ExprId {
+        self.lambdas[self.index as usize]
+    }
+}
+
+/// One specialised function: a code applied in an abstract environment to an abstract argument.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub code: CodeId,
+    pub env: Rc<[Av]>,
+    pub arg: Av,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowError {
+    pub span: Span,
+    pub message: String,
+}
+
+type R<T> = Result<T, FlowError>;
+
+/// The identity of a code: its group's names and lambdas, and which member it is.
+type CodeKey = (Rc<[Var]>, Rc<[ExprId]>, u32);
+
+pub struct Analysis<'a> {
+    pub arena: &'a mut Arena,
+    pub codes: Vec<Code>,
+    code_ids: HashMap<CodeKey, CodeId>,
+    pub keys: Vec<Key>,
+    key_ids: HashMap<Key, usize>,
+    pub results: Vec<Av>,
+    per_code: HashMap<CodeId, Vec<usize>>,
+    changed: bool,
+    /// The innermost source position being analysed, for error messages.
+    site: Span,
+}
+
+impl<'a> Analysis<'a> {
+    pub fn new(arena: &'a mut Arena) -> Analysis<'a> {
+        Analysis {
+            arena,
+            codes: Vec::new(),
+            code_ids: HashMap::new(),
+            keys: Vec::new(),
+            key_ids: HashMap::new(),
+            results: Vec::new(),
+            per_code: HashMap::new(),
+            changed: false,
+            site: Span::NONE,
+        }
+    }
+
+    fn unsupported<T>(&self, what: &str) -> R<T> {
+        Err(FlowError {
+            span: self.site,
+            message: format!("the flow analysis does not handle {what} yet"),
+        })
+    }
+
+    /// Analyses a closed expression (a top-level expression); returns its key, whose result is
+    /// the expression's abstract value.
+    pub fn analyse(&mut self, e: ExprId) -> R<usize> {
+        let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
+        let lam = self.arena.mk(Expr::Lambda(unit, e, Span::NONE));
+        let code = self.code(Rc::from([]), Rc::from([lam]), 0);
+        self.call(code, Rc::from([]), Av::Nil)?;
+        let entry = self.key_ids[&Key {
+            code,
+            env: Rc::from([]),
+            arg: Av::Nil,
+        }];
+        loop {
+            self.changed = false;
+            let mut k = 0;
+            while k < self.keys.len() {
+                let r = self.eval_key(k)?;
+                let new = self.results[k].join(&r).limit_depth(MAX_DEPTH);
+                if new != self.results[k] {
+                    self.results[k] = new;
+                    self.changed = true;
+                }
+                k += 1;
+            }
+            if !self.changed {
+                return Ok(entry);
+            }
+        }
+    }
+
+    /// Interns a code.
+    pub fn code(&mut self, names: Rc<[Var]>, lambdas: Rc<[ExprId]>, index: u32) -> CodeId {
+        if let Some(c) = self.code_ids.get(&(names.clone(), lambdas.clone(), index)) {
+            return *c;
+        }
+        let mut free: Vec<Var> = Vec::new();
+        for l in lambdas.iter() {
+            free.extend(self.arena.free_vars(*l).iter().copied());
+        }
+        free.retain(|v| !names.contains(v));
+        free.sort();
+        free.dedup();
+        let id = CodeId(self.codes.len() as u32);
+        self.codes.push(Code {
+            names: names.clone(),
+            lambdas: lambdas.clone(),
+            index,
+            free: free.into(),
+        });
+        self.code_ids.insert((names, lambdas, index), id);
+        id
+    }
+
+    /// The code a closure of member `index` of the group (`names`, `lambdas`) runs, if the
+    /// analysis has met it.
+    pub fn find_code(&self, names: &[Var], lambdas: &[ExprId], index: u32) -> Option<CodeId> {
+        self.code_ids
+            .get(&(Rc::from(names), Rc::from(lambdas), index))
+            .copied()
+    }
+
+    /// The current result of calling `code` in `env` on `arg` (bottom until analysed).
+    fn call(&mut self, code: CodeId, env: Rc<[Av]>, arg: Av) -> R<Av> {
+        let mut key = Key {
+            code,
+            env: env.iter().map(|x| x.limit_depth(MAX_DEPTH)).collect(),
+            arg: arg.limit_depth(MAX_DEPTH),
+        };
+        if let Some(k) = self.key_ids.get(&key) {
+            return Ok(self.results[*k].clone());
+        }
+        let variants = self.per_code.get(&code).map_or(0, |v| v.len());
+        if variants >= MAX_VARIANTS {
+            // Widen: one key covering every argument this code has been called with.
+            for k in &self.per_code[&code] {
+                let old = &self.keys[*k];
+                key.arg = key.arg.join(&old.arg);
+                key.env = key
+                    .env
+                    .iter()
+                    .zip(old.env.iter())
+                    .map(|(x, y)| x.join(y))
+                    .collect();
+            }
+            if let Some(k) = self.key_ids.get(&key) {
+                return Ok(self.results[*k].clone());
+            }
+        }
+        if self.keys.len() >= MAX_KEYS {
+            return Err(FlowError {
+                span: self.site,
+                message: format!(
+                    "the flow analysis needs more than {MAX_KEYS} specialisations; giving up"
+                ),
+            });
+        }
+        let k = self.keys.len();
+        self.keys.push(key.clone());
+        self.key_ids.insert(key, k);
+        self.results.push(Av::Bottom);
+        self.per_code.entry(code).or_default().push(k);
+        self.changed = true;
+        Ok(Av::Bottom)
+    }
+
+    fn eval_key(&mut self, k: usize) -> R<Av> {
+        let key = self.keys[k].clone();
+        let code = self.codes[key.code.0 as usize].clone();
+        let Expr::Lambda(p, body, span) = self.arena.get(code.lambda()).clone() else {
+            unreachable!("codes are lambdas")
+        };
+        self.site = span;
+        let mut env: Vec<(Var, Av)> = Vec::new();
+        for (v, x) in code.free.iter().zip(key.env.iter()) {
+            env.push((*v, x.clone()));
+        }
+        for (j, name) in code.names.iter().enumerate() {
+            let sib = self.code(code.names.clone(), code.lambdas.clone(), j as u32);
+            env.push((*name, Av::Closure(sib, key.env.clone())));
+        }
+        if !self.bind(&p, &key.arg, &mut env)? {
+            return Ok(Av::Bottom);
+        }
+        self.eval(body, &mut env)
+    }
+
+    fn lookup(env: &[(Var, Av)], v: Var) -> Av {
+        env.iter()
+            .rev()
+            .find(|(x, _)| *x == v)
+            .map(|(_, a)| a.clone())
+            .expect("closed code: every variable is bound")
+    }
+
+    /// Binds a pattern; `false` if the match can never succeed (a run-time error).
+    fn bind(&mut self, p: &Pattern, v: &Av, env: &mut Vec<(Var, Av)>) -> R<bool> {
+        match p {
+            Pattern::Var(x) => {
+                env.push((*x, v.clone()));
+                Ok(true)
+            }
+            Pattern::Const(d, tags) => {
+                if !tags.is_empty() {
+                    return self.unsupported("AD-tagged code");
+                }
+                Ok(may_equal(&datum_av(d), v))
+            }
+            Pattern::Cons(tags, a, b) => {
+                if !tags.is_empty() {
+                    return self.unsupported("AD-tagged code");
+                }
+                match v {
+                    Av::Pair(x, y) => Ok(self.bind(a, x, env)? && self.bind(b, y, env)?),
+                    Av::Dyn(_) => Ok(self.bind(a, v, env)? && self.bind(b, v, env)?),
+                    _ => Ok(false),
+                }
+            }
+        }
+    }
+
+    fn eval(&mut self, e: ExprId, env: &mut Vec<(Var, Av)>) -> R<Av> {
+        Ok(match self.arena.get(e).clone() {
+            Expr::Var(v) => Self::lookup(env, v),
+            Expr::Const(d, tags) => {
+                if !tags.is_empty() {
+                    return self.unsupported("AD-tagged code");
+                }
+                datum_av(&d)
+            }
+            Expr::Prim(p, tags) => {
+                if !tags.is_empty() {
+                    return self.unsupported("AD-tagged code");
+                }
+                Av::Prim(p)
+            }
+            Expr::Lambda(..) => {
+                let code = self.code(Rc::from([]), Rc::from([e]), 0);
+                let free = self.codes[code.0 as usize].free.clone();
+                Av::Closure(code, free.iter().map(|v| Self::lookup(env, *v)).collect())
+            }
+            Expr::App(f, a, span) => {
+                let fv = self.eval(f, env)?;
+                let av = self.eval(a, env)?;
+                self.site = span;
+                self.apply(&fv, &av)?
+            }
+            Expr::Cons(tags, a, b) => {
+                if !tags.is_empty() {
+                    return self.unsupported("AD-tagged code");
+                }
+                let x = self.eval(a, env)?;
+                let y = self.eval(b, env)?;
+                Av::pair(x, y)
+            }
+            Expr::Letrec(bs, body) => {
+                let names: Rc<[Var]> = bs.iter().map(|(v, _)| *v).collect();
+                let lambdas: Rc<[ExprId]> = bs.iter().map(|(_, l)| *l).collect();
+                let c0 = self.code(names.clone(), lambdas.clone(), 0);
+                let free = self.codes[c0.0 as usize].free.clone();
+                let vals: Rc<[Av]> = free.iter().map(|v| Self::lookup(env, *v)).collect();
+                let mark = env.len();
+                for (j, name) in names.iter().enumerate() {
+                    let c = self.code(names.clone(), lambdas.clone(), j as u32);
+                    env.push((*name, Av::Closure(c, vals.clone())));
+                }
+                let r = self.eval(body, env)?;
+                env.truncate(mark);
+                r
+            }
+            Expr::Let(p, x, body, span) => {
+                let xv = self.eval(x, env)?;
+                if xv == Av::Bottom {
+                    return Ok(Av::Bottom);
+                }
+                self.site = span;
+                let mark = env.len();
+                let r = if self.bind(&p, &xv, env)? {
+                    self.eval(body, env)?
+                } else {
+                    Av::Bottom
+                };
+                env.truncate(mark);
+                r
+            }
+            Expr::If(c, a, b) => match self.eval(c, env)? {
+                Av::Bottom => Av::Bottom,
+                Av::Bool(Some(false)) => self.eval(b, env)?,
+                Av::Bool(None) | Av::Dyn(_) => {
+                    let x = self.eval(a, env)?;
+                    let y = self.eval(b, env)?;
+                    x.join(&y)
+                }
+                _ => self.eval(a, env)?,
+            },
+        })
+    }
+
+    /// Applies an abstract procedure to an abstract argument.
+    pub fn apply(&mut self, f: &Av, a: &Av) -> R<Av> {
+        if *a == Av::Bottom {
+            return Ok(Av::Bottom);
+        }
+        match f {
+            Av::Prim(p) => self.prim(*p, a),
+            Av::Closure(c, env) => self.call(*c, env.clone(), a.clone()),
+            Av::Dyn(set) => {
+                let mut r = Av::Bottom;
+                for callee in set.iter() {
+                    let x = match callee {
+                        Callee::Prim(p) => self.prim(*p, a)?,
+                        Callee::Code(c) => {
+                            let n = self.codes[c.0 as usize].free.len();
+                            let env: Rc<[Av]> = (0..n).map(|_| f.clone()).collect();
+                            self.call(*c, env, a.clone())?
+                        }
+                    };
+                    r = r.join(&x);
+                }
+                Ok(r)
+            }
+            // Applying a non-procedure is a run-time error: no value.
+            _ => Ok(Av::Bottom),
+        }
+    }
+
+    /// A primitive on an abstract argument. Known reals are folded with the evaluator's own
+    /// arithmetic, so folding never changes a result.
+    fn prim(&mut self, p: Prim, a: &Av) -> R<Av> {
+        let two = |a: &Av| -> Option<(Av, Av)> {
+            match a {
+                Av::Pair(x, y) => Some(((**x).clone(), (**y).clone())),
+                Av::Dyn(_) => Some((a.clone(), a.clone())),
+                _ => None,
+            }
+        };
+        // The real in a (possibly boxed) operand: Some(Some(x)) known, Some(None) unknown, None
+        // if it cannot be a real (a run-time error).
+        let real = |a: &Av| -> Option<Option<f64>> {
+            match a {
+                Av::Real(r) => Some(r.map(|r| r.get())),
+                Av::Dyn(_) => Some(None),
+                _ => None,
+            }
+        };
+        let yes_no = |b: Option<bool>| Av::Bool(b);
+        Ok(match p {
+            _ if p.is_binary_real() || p.is_comparison() => {
+                let Some((x, y)) = two(a) else {
+                    return Ok(Av::Bottom);
+                };
+                let (Some(x), Some(y)) = (real(&x), real(&y)) else {
+                    return Ok(Av::Bottom);
+                };
+                match (x, y) {
+                    (Some(x), Some(y)) if p.is_comparison() => {
+                        Av::Bool(Some(vlad_eval::prims::compare(p, x, y)))
+                    }
+                    (Some(x), Some(y)) => Av::known_real(vlad_eval::prims::arith(p, x, y)),
+                    _ if p.is_comparison() => Av::Bool(None),
+                    _ => Av::real(),
+                }
+            }
+            _ if p.is_unary_real() => match real(a) {
+                None => Av::Bottom,
+                Some(Some(x)) => Av::known_real(vlad_eval::prims::arith(p, x, 0.0)),
+                Some(None) => Av::real(),
+            },
+            Prim::IsZero | Prim::IsPositive | Prim::IsNegative => match real(a) {
+                None => Av::Bottom,
+                Some(None) => Av::Bool(None),
+                Some(Some(x)) => Av::Bool(Some(match p {
+                    Prim::IsZero => x == 0.0,
+                    Prim::IsPositive => x > 0.0,
+                    _ => x < 0.0,
+                })),
+            },
+            _ if p.is_type_predicate() => match a {
+                Av::Dyn(_) => Av::Bool(None),
+                _ => yes_no(Some(match p {
+                    Prim::IsNull => *a == Av::Nil,
+                    Prim::IsBoolean => matches!(a, Av::Bool(_)),
+                    Prim::IsReal => matches!(a, Av::Real(_)),
+                    Prim::IsPair => matches!(a, Av::Pair(..)),
+                    Prim::IsProcedure => matches!(a, Av::Prim(_) | Av::Closure(..)),
+                    // Untagged values only, so far.
+                    _ => false,
+                })),
+            },
+            Prim::IfProcedure => {
+                let Some((c, rest)) = two(a) else {
+                    return Ok(Av::Bottom);
+                };
+                let Some((t, e)) = two(&rest) else {
+                    return Ok(Av::Bottom);
+                };
+                match c {
+                    Av::Bool(Some(false)) => self.apply(&e, &Av::Nil)?,
+                    Av::Bool(None) | Av::Dyn(_) => {
+                        let x = self.apply(&t, &Av::Nil)?;
+                        let y = self.apply(&e, &Av::Nil)?;
+                        x.join(&y)
+                    }
+                    _ => self.apply(&t, &Av::Nil)?,
+                }
+            }
+            Prim::ReadReal => match a {
+                Av::Nil | Av::Dyn(_) => Av::real(),
+                _ => Av::Bottom,
+            },
+            // `real` hides a value from the analysis (paper 001 §5.7).
+            Prim::Real => match real(a) {
+                Some(_) => Av::real(),
+                None => Av::Bottom,
+            },
+            Prim::WriteReal => match real(a) {
+                Some(_) => a.clone(),
+                None => Av::Bottom,
+            },
+            Prim::Write => a.clone(),
+            Prim::Build => {
+                let Some((n, f)) = two(a) else {
+                    return Ok(Av::Bottom);
+                };
+                if real(&n).is_none() {
+                    return Ok(Av::Bottom);
+                }
+                let elem = if n == Av::known_real(0.0) {
+                    Av::Bottom
+                } else {
+                    self.apply(&f, &Av::real())?
+                };
+                Av::Array(Rc::new(elem))
+            }
+            Prim::Ifold => {
+                let Some((f, rest)) = two(a) else {
+                    return Ok(Av::Bottom);
+                };
+                let Some((init, n)) = two(&rest) else {
+                    return Ok(Av::Bottom);
+                };
+                if real(&n).is_none() {
+                    return Ok(Av::Bottom);
+                }
+                if n == Av::known_real(0.0) {
+                    return Ok(init);
+                }
+                // The accumulator: a fixpoint over the iterations (finite: widened joins).
+                let mut acc = init;
+                loop {
+                    let r = self.apply(&f, &Av::pair(acc.clone(), Av::real()))?;
+                    let next = acc.join(&r).limit_depth(MAX_DEPTH);
+                    if next == acc {
+                        break acc;
+                    }
+                    acc = next;
+                }
+            }
+            Prim::Get => {
+                let Some((arr, i)) = two(a) else {
+                    return Ok(Av::Bottom);
+                };
+                if real(&i).is_none() {
+                    return Ok(Av::Bottom);
+                }
+                match arr {
+                    Av::Array(e) => (*e).clone(),
+                    Av::Dyn(_) => arr,
+                    _ => Av::Bottom,
+                }
+            }
+            Prim::ArrayLength => match a {
+                Av::Array(_) | Av::Dyn(_) => Av::real(),
+                _ => Av::Bottom,
+            },
+            _ => return self.unsupported(&format!("the AD operator `{}`", p.name())),
+        })
+    }
+}
+
+/// Could a value of `v` equal the constant `c` (a constant pattern)?
+fn may_equal(c: &Av, v: &Av) -> bool {
+    match (c, v) {
+        (_, Av::Dyn(_)) => true,
+        (Av::Real(Some(x)), Av::Real(y)) => y.is_none_or(|y| y == *x),
+        (Av::Bool(Some(x)), Av::Bool(y)) => y.is_none_or(|y| y == *x),
+        (Av::Pair(a, b), Av::Pair(x, y)) => may_equal(a, x) && may_equal(b, y),
+        (Av::Array(_), Av::Array(_)) => true,
+        _ => c == v,
+    }
+}
+
+/// The abstract value of a constant (every part known).
+pub fn datum_av(d: &Datum) -> Av {
+    match d {
+        Datum::Nil => Av::Nil,
+        Datum::Bool(b) => Av::Bool(Some(*b)),
+        Datum::Real(r) => Av::known_real(*r),
+        Datum::Pair(p) => Av::pair(datum_av(&p.0), datum_av(&p.1)),
+        Datum::Array(a) => Av::Array(Rc::new(
+            a.iter().fold(Av::Bottom, |acc, x| acc.join(&datum_av(x))),
+        )),
+    }
+}

@@ -1,0 +1,177 @@
+//! Abstract values (paper 001 §5.4), with a boxed fallback instead of the paper's ⊤.
+//!
+//! An abstract value denotes a set of concrete values: a known constant, "some real", "some
+//! boolean", a pair or array of abstract values, a closure over an abstract environment (one
+//! per code and environment: polyvariance), or `Dyn`. The paper's analysis is union-free and
+//! aborts when two different shapes meet; here they widen to `Dyn`: *some* value, kept boxed at
+//! run time, whose procedures are among a known set of callees. A call of a `Dyn` procedure
+//! dispatches over that set, so every call still has statically known candidates and the
+//! analysis never gives up on a program.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::rc::Rc;
+use vlad_core::Prim;
+
+/// A specialisable piece of code: member `index` of a `letrec` group (a plain lambda is a group
+/// of one), interned by the analysis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeId(pub u32);
+
+/// What a procedure value may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Callee {
+    Code(CodeId),
+    Prim(Prim),
+}
+
+/// A real constant, compared bitwise so that values are hashable (and `-0`, NaN distinct).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Real(pub u64);
+
+impl Real {
+    pub fn new(x: f64) -> Real {
+        Real(x.to_bits())
+    }
+
+    pub fn get(self) -> f64 {
+        f64::from_bits(self.0)
+    }
+}
+
+impl fmt::Debug for Real {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", vlad_syntax::number::format_real(self.get()))
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub enum Av {
+    /// No value: the expression does not return (an error, or not analysed yet).
+    Bottom,
+    Nil,
+    /// A known boolean, or some boolean.
+    Bool(Option<bool>),
+    /// A known real, or some real.
+    Real(Option<Real>),
+    Prim(Prim),
+    Pair(Rc<Av>, Rc<Av>),
+    /// A closure: its code and its environment, in the code's free-variable order.
+    Closure(CodeId, Rc<[Av]>),
+    /// An array of any length whose elements are all in the element value.
+    Array(Rc<Av>),
+    /// Some value of any shape, boxed; procedures inside it are among these callees.
+    Dyn(Rc<BTreeSet<Callee>>),
+}
+
+/// Values nested deeper than this are boxed (`Dyn`): it bounds the lattice, so the analysis
+/// terminates on programs that build structures of unbounded size.
+pub const MAX_DEPTH: usize = 6;
+
+impl Av {
+    pub fn real() -> Av {
+        Av::Real(None)
+    }
+
+    pub fn known_real(x: f64) -> Av {
+        Av::Real(Some(Real::new(x)))
+    }
+
+    pub fn pair(a: Av, b: Av) -> Av {
+        if a == Av::Bottom || b == Av::Bottom {
+            return Av::Bottom;
+        }
+        Av::Pair(Rc::new(a), Rc::new(b))
+    }
+
+    pub fn dyn_of(callees: BTreeSet<Callee>) -> Av {
+        Av::Dyn(Rc::new(callees))
+    }
+
+    /// Every callee inside this value (closures, including those in closure environments, and
+    /// primitives).
+    pub fn callees(&self, out: &mut BTreeSet<Callee>) {
+        match self {
+            Av::Prim(p) => {
+                out.insert(Callee::Prim(*p));
+            }
+            Av::Pair(a, b) => {
+                a.callees(out);
+                b.callees(out);
+            }
+            Av::Closure(c, env) => {
+                out.insert(Callee::Code(*c));
+                for x in env.iter() {
+                    x.callees(out);
+                }
+            }
+            Av::Array(e) => e.callees(out),
+            Av::Dyn(s) => out.extend(s.iter().copied()),
+            Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
+        }
+    }
+
+    /// This value boxed: `Dyn` with its callees.
+    pub fn boxed(&self) -> Av {
+        let mut s = BTreeSet::new();
+        self.callees(&mut s);
+        Av::dyn_of(s)
+    }
+
+    /// The least upper bound, widened: reals and booleans that differ become unknown, values of
+    /// different shapes are boxed.
+    pub fn join(&self, other: &Av) -> Av {
+        if self == other {
+            return self.clone();
+        }
+        match (self, other) {
+            (Av::Bottom, x) | (x, Av::Bottom) => x.clone(),
+            (Av::Real(_), Av::Real(_)) => Av::real(),
+            (Av::Bool(_), Av::Bool(_)) => Av::Bool(None),
+            (Av::Pair(a1, d1), Av::Pair(a2, d2)) => Av::pair(a1.join(a2), d1.join(d2)),
+            (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
+                *c1,
+                e1.iter().zip(e2.iter()).map(|(x, y)| x.join(y)).collect(),
+            ),
+            (Av::Array(x), Av::Array(y)) => Av::Array(Rc::new(x.join(y))),
+            _ => {
+                let mut s = BTreeSet::new();
+                self.callees(&mut s);
+                other.callees(&mut s);
+                Av::dyn_of(s)
+            }
+        }
+    }
+
+    /// Boxes what lies deeper than `depth` levels.
+    pub fn limit_depth(&self, depth: usize) -> Av {
+        let aggregate = matches!(self, Av::Pair(..) | Av::Closure(..) | Av::Array(_));
+        if !aggregate {
+            return self.clone();
+        }
+        if depth == 0 {
+            return self.boxed();
+        }
+        match self {
+            Av::Pair(a, b) => Av::pair(a.limit_depth(depth - 1), b.limit_depth(depth - 1)),
+            Av::Closure(c, env) => {
+                Av::Closure(*c, env.iter().map(|x| x.limit_depth(depth - 1)).collect())
+            }
+            Av::Array(e) => Av::Array(Rc::new(e.limit_depth(depth - 1))),
+            _ => unreachable!("aggregates only"),
+        }
+    }
+
+    /// Is this value void (it has a single concrete member, so it needs no storage at run
+    /// time: paper 001 §6)?
+    pub fn is_void(&self) -> bool {
+        match self {
+            Av::Bottom | Av::Nil | Av::Prim(_) => true,
+            Av::Bool(b) => b.is_some(),
+            Av::Real(r) => r.is_some(),
+            Av::Pair(a, b) => a.is_void() && b.is_void(),
+            Av::Closure(_, env) => env.iter().all(Av::is_void),
+            Av::Array(_) | Av::Dyn(_) => false,
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Whole-program flow analysis (paper 001 §5): a polyvariant abstract interpreter over Core.
+//!
+//! This is the first part of the compiler pipeline of DESIGN.md: it computes, for every
+//! procedure that can be called, the abstract arguments it is called with and the abstract
+//! values it returns. Specialisation into a first-order program (one function per key of the
+//! analysis) builds on it. `docs/flow.md` describes the design and what is still missing.
+//!
+//! Architecture invariant: the analysis never runs the program; it reads Core only, and folds
+//! constants with the evaluator's own arithmetic so that folding cannot change a result.
+
+pub mod analysis;
+pub mod domain;
+pub mod show;
+
+pub use analysis::{Analysis, FlowError, Key};
+pub use domain::{Av, Callee, CodeId};

@@ -1,0 +1,100 @@
+//! Readable renderings of abstract values and of a whole analysis (`vlad compile --emit flow`).
+
+use crate::analysis::Analysis;
+use crate::domain::{Av, Callee, CodeId};
+use std::fmt::Write as _;
+use vlad_core::{Expr, Span};
+
+impl Analysis<'_> {
+    /// The name of a code: its `letrec` name, or `lambda@LOCATION`.
+    pub fn code_name(&self, c: CodeId, place: &dyn Fn(Span) -> String) -> String {
+        let code = &self.codes[c.0 as usize];
+        if let Some(name) = code.names.get(code.index as usize) {
+            return self.arena.var_name(*name).to_string();
+        }
+        match self.arena.get(code.lambda()) {
+            Expr::Lambda(_, _, span) if !span.is_none() => format!("lambda@{}", place(*span)),
+            _ => "top-level".to_string(),
+        }
+    }
+
+    /// An abstract value: `R` some real, `B` some boolean, constants as printed, `(a . d)`,
+    /// `#[e]` an array of elements `e`, `<name e1 ...>` a closure and its environment,
+    /// `dyn{...}` a boxed value and the procedures it may contain.
+    pub fn show_av(&self, v: &Av, place: &dyn Fn(Span) -> String) -> String {
+        let mut s = String::new();
+        self.write_av(v, place, &mut s);
+        s
+    }
+
+    fn write_av(&self, v: &Av, place: &dyn Fn(Span) -> String, s: &mut String) {
+        match v {
+            Av::Bottom => s.push('⊥'),
+            Av::Nil => s.push_str("()"),
+            Av::Bool(None) => s.push('B'),
+            Av::Bool(Some(b)) => s.push_str(if *b { "#t" } else { "#f" }),
+            Av::Real(None) => s.push('R'),
+            Av::Real(Some(r)) => s.push_str(&vlad_syntax::number::format_real(r.get())),
+            Av::Prim(p) => {
+                let _ = write!(s, "<procedure:{}>", p.name());
+            }
+            Av::Pair(a, d) => {
+                s.push('(');
+                self.write_av(a, place, s);
+                s.push_str(" . ");
+                self.write_av(d, place, s);
+                s.push(')');
+            }
+            Av::Closure(c, env) => {
+                s.push('<');
+                s.push_str(&self.code_name(*c, place));
+                for x in env.iter() {
+                    s.push(' ');
+                    self.write_av(x, place, s);
+                }
+                s.push('>');
+            }
+            Av::Array(e) => {
+                s.push_str("#[");
+                self.write_av(e, place, s);
+                s.push(']');
+            }
+            Av::Dyn(set) => {
+                s.push_str("dyn{");
+                for (i, c) in set.iter().enumerate() {
+                    if i > 0 {
+                        s.push(' ');
+                    }
+                    match c {
+                        Callee::Prim(p) => s.push_str(p.name()),
+                        Callee::Code(c) => s.push_str(&self.code_name(*c, place)),
+                    }
+                }
+                s.push('}');
+            }
+        }
+    }
+
+    /// Every specialisation: `name ARG -> RESULT`, with the environment when there is one.
+    pub fn show(&self, place: &dyn Fn(Span) -> String) -> String {
+        let mut s = String::new();
+        for (k, key) in self.keys.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{} {} -> {}",
+                self.code_name(key.code, place),
+                self.show_av(&key.arg, place),
+                self.show_av(&self.results[k], place)
+            );
+            if !key.env.is_empty() {
+                s.push_str("   env:");
+                for x in key.env.iter() {
+                    s.push(' ');
+                    s.push_str(&self.show_av(x, place));
+                }
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
