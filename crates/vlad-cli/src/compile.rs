@@ -20,7 +20,7 @@ pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
-    let mut analysis = Analysis::new(&mut ev.arena);
+    let mut analysis = Analysis::new(&mut ev);
     let mut results = Vec::new();
     for te in &exprs {
         let core = match &te.core {
@@ -30,10 +30,13 @@ pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
         match analysis.analyse(core) {
             Ok(k) => results.push((te.span, k)),
             Err(e) => {
+                if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
+                    eprint!("{}", analysis.show(&place));
+                }
                 return report(
                     &Diagnostic::new(e.span, format!("cannot compile: {}", e.message)),
                     &sources,
-                )
+                );
             }
         }
     }

@@ -496,6 +496,23 @@ impl Evaluator {
         Ok(p)
     }
 
+    /// The `tag` version of a primitive (a closure over its prelude lambda), for the flow
+    /// analysis, which transforms code the same way at compile time. `None` if there is none.
+    pub fn prim_version_closure(&mut self, p: Prim, tag: Tag) -> Result<Option<Value>, EvalError> {
+        let prelude = self.prelude()?;
+        let map = match tag {
+            Tag::Forward => &prelude.forward,
+            Tag::Reverse => &prelude.reverse,
+            _ => return Ok(None),
+        };
+        Ok(map.get(&p).cloned())
+    }
+
+    /// Which version of which primitive the lambda `lam` is, if it is one of the prelude's.
+    pub fn prim_version_of(&self, lam: ExprId) -> Option<(Tag, Prim)> {
+        self.prim_versions.get(&lam).copied()
+    }
+
     /// The untransformed closure of a primitive defined in VLAD (`build`, `ifold`).
     pub(crate) fn array_definition(&mut self, p: Prim) -> Result<Value, EvalError> {
         let prelude = self.prelude()?;

@@ -9,16 +9,26 @@
 //! constant at each iteration widens to "some real", constants that never change stay known).
 //! So the analysis always terminates, without `(real ...)` annotations.
 //!
-//! Not yet handled (reported as `FlowError`, with the position): the AD operators and
-//! AD-tagged code. See docs/flow.md for the plan.
+//! AD operators on abstract values apply the evaluator's own Core -> Core transforms to the
+//! codes of abstract closures (`ad.rs`), and primitives in transformed code are lifted to the
+//! evaluator's prelude lambdas, so compile time and run time transform code identically.
+//! Not yet handled (reported as `FlowError`, with the position): AD operators on boxed (`Dyn`)
+//! values, and the list/array conversions of reverse-mode `build`. See docs/flow.md.
 
 use crate::domain::{Av, Callee, CodeId, MAX_DEPTH};
 use std::collections::HashMap;
 use std::rc::Rc;
-use vlad_core::{Arena, Datum, Expr, ExprId, Pattern, Prim, Span, Tags, Var};
+use vlad_core::{Datum, Expr, ExprId, Pattern, Prim, Span, Tag, Tags, Var};
+use vlad_eval::Evaluator;
 
-/// A code's different abstract arguments before its keys are merged.
+/// A closure's different abstract arguments of one shape (same code, same environment, the
+/// same argument but for constants) before they are merged into one: a loop counter widens to
+/// "some real" after this many iterations.
 pub const MAX_VARIANTS: usize = 8;
+
+/// A code's different keys over all environments before they are all merged (the last resort
+/// that bounds the analysis whatever the program does).
+pub const MAX_CODE_VARIANTS: usize = 256;
 
 /// A safety net: an analysis this large is reported, never run until memory runs out.
 pub const MAX_KEYS: usize = 200_000;
@@ -58,35 +68,53 @@ type R<T> = Result<T, FlowError>;
 /// The identity of a code: its group's names and lambdas, and which member it is.
 type CodeKey = (Rc<[Var]>, Rc<[ExprId]>, u32);
 
+/// A closure and the shape of an argument (`Av::shape`): the unit of loop-counter widening.
+type ShapeKey = (CodeId, Rc<[Av]>, Av);
+
 pub struct Analysis<'a> {
-    pub arena: &'a mut Arena,
+    /// The evaluator owns the program's Core and the AD prelude, which the analysis shares.
+    pub ev: &'a mut Evaluator,
     pub codes: Vec<Code>,
     code_ids: HashMap<CodeKey, CodeId>,
     pub keys: Vec<Key>,
     key_ids: HashMap<Key, usize>,
     pub results: Vec<Av>,
     per_code: HashMap<CodeId, Vec<usize>>,
+    per_shape: HashMap<ShapeKey, Vec<usize>>,
     changed: bool,
     /// The innermost source position being analysed, for error messages.
     site: Span,
 }
 
 impl<'a> Analysis<'a> {
-    pub fn new(arena: &'a mut Arena) -> Analysis<'a> {
+    pub fn new(ev: &'a mut Evaluator) -> Analysis<'a> {
         Analysis {
-            arena,
+            ev,
             codes: Vec::new(),
             code_ids: HashMap::new(),
             keys: Vec::new(),
             key_ids: HashMap::new(),
             results: Vec::new(),
             per_code: HashMap::new(),
+            per_shape: HashMap::new(),
             changed: false,
             site: Span::NONE,
         }
     }
 
-    fn unsupported<T>(&self, what: &str) -> R<T> {
+    /// The innermost source position being analysed.
+    pub(crate) fn site(&self) -> Span {
+        self.site
+    }
+
+    pub(crate) fn fail<T>(&self, message: String) -> R<T> {
+        Err(FlowError {
+            span: self.site,
+            message,
+        })
+    }
+
+    pub(crate) fn unsupported<T>(&self, what: &str) -> R<T> {
         Err(FlowError {
             span: self.site,
             message: format!("the flow analysis does not handle {what} yet"),
@@ -97,7 +125,7 @@ impl<'a> Analysis<'a> {
     /// the expression's abstract value.
     pub fn analyse(&mut self, e: ExprId) -> R<usize> {
         let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
-        let lam = self.arena.mk(Expr::Lambda(unit, e, Span::NONE));
+        let lam = self.ev.arena.mk(Expr::Lambda(unit, e, Span::NONE));
         let code = self.code(Rc::from([]), Rc::from([lam]), 0);
         self.call(code, Rc::from([]), Av::Nil)?;
         let entry = self.key_ids[&Key {
@@ -130,7 +158,7 @@ impl<'a> Analysis<'a> {
         }
         let mut free: Vec<Var> = Vec::new();
         for l in lambdas.iter() {
-            free.extend(self.arena.free_vars(*l).iter().copied());
+            free.extend(self.ev.arena.free_vars(*l).iter().copied());
         }
         free.retain(|v| !names.contains(v));
         free.sort();
@@ -164,9 +192,20 @@ impl<'a> Analysis<'a> {
         if let Some(k) = self.key_ids.get(&key) {
             return Ok(self.results[*k].clone());
         }
+        let shape = (code, key.env.clone(), key.arg.shape());
+        let same_shape = self.per_shape.get(&shape).map_or(0, |v| v.len());
+        if same_shape >= MAX_VARIANTS {
+            // Widen: one key covering every argument of this shape (constants forgotten).
+            for k in &self.per_shape[&shape] {
+                key.arg = key.arg.join(&self.keys[*k].arg);
+            }
+            if let Some(k) = self.key_ids.get(&key) {
+                return Ok(self.results[*k].clone());
+            }
+        }
         let variants = self.per_code.get(&code).map_or(0, |v| v.len());
-        if variants >= MAX_VARIANTS {
-            // Widen: one key covering every argument this code has been called with.
+        if variants >= MAX_CODE_VARIANTS {
+            // Widen: one key covering every environment and argument of this code.
             for k in &self.per_code[&code] {
                 let old = &self.keys[*k];
                 key.arg = key.arg.join(&old.arg);
@@ -194,6 +233,8 @@ impl<'a> Analysis<'a> {
         self.key_ids.insert(key, k);
         self.results.push(Av::Bottom);
         self.per_code.entry(code).or_default().push(k);
+        let shape = (code, self.keys[k].env.clone(), self.keys[k].arg.shape());
+        self.per_shape.entry(shape).or_default().push(k);
         self.changed = true;
         Ok(Av::Bottom)
     }
@@ -201,7 +242,7 @@ impl<'a> Analysis<'a> {
     fn eval_key(&mut self, k: usize) -> R<Av> {
         let key = self.keys[k].clone();
         let code = self.codes[key.code.0 as usize].clone();
-        let Expr::Lambda(p, body, span) = self.arena.get(code.lambda()).clone() else {
+        let Expr::Lambda(p, body, span) = self.ev.arena.get(code.lambda()).clone() else {
             unreachable!("codes are lambdas")
         };
         self.site = span;
@@ -235,39 +276,26 @@ impl<'a> Analysis<'a> {
                 Ok(true)
             }
             Pattern::Const(d, tags) => {
-                if !tags.is_empty() {
-                    return self.unsupported("AD-tagged code");
-                }
-                Ok(may_equal(&datum_av(d), v))
+                let c = self.lift(datum_av(d), *tags)?;
+                let v = self.force(v)?;
+                Ok(may_equal(&c, &v))
             }
-            Pattern::Cons(tags, a, b) => {
-                if !tags.is_empty() {
-                    return self.unsupported("AD-tagged code");
+            Pattern::Cons(tags, a, b) => match self.force(v)? {
+                Av::Pair(t, x, y) if t == *tags => {
+                    Ok(self.bind(a, &x, env)? && self.bind(b, &y, env)?)
                 }
-                match v {
-                    Av::Pair(x, y) => Ok(self.bind(a, x, env)? && self.bind(b, y, env)?),
-                    Av::Dyn(_) => Ok(self.bind(a, v, env)? && self.bind(b, v, env)?),
-                    _ => Ok(false),
-                }
-            }
+                Av::Dyn(_) if tags.is_empty() => Ok(self.bind(a, v, env)? && self.bind(b, v, env)?),
+                Av::Dyn(_) => self.unsupported("AD on boxed values"),
+                _ => Ok(false),
+            },
         }
     }
 
     fn eval(&mut self, e: ExprId, env: &mut Vec<(Var, Av)>) -> R<Av> {
-        Ok(match self.arena.get(e).clone() {
+        Ok(match self.ev.arena.get(e).clone() {
             Expr::Var(v) => Self::lookup(env, v),
-            Expr::Const(d, tags) => {
-                if !tags.is_empty() {
-                    return self.unsupported("AD-tagged code");
-                }
-                datum_av(&d)
-            }
-            Expr::Prim(p, tags) => {
-                if !tags.is_empty() {
-                    return self.unsupported("AD-tagged code");
-                }
-                Av::Prim(p)
-            }
+            Expr::Const(d, tags) => self.lift(datum_av(&d), tags)?,
+            Expr::Prim(p, tags) => self.lift(Av::Prim(p), tags)?,
             Expr::Lambda(..) => {
                 let code = self.code(Rc::from([]), Rc::from([e]), 0);
                 let free = self.codes[code.0 as usize].free.clone();
@@ -280,12 +308,9 @@ impl<'a> Analysis<'a> {
                 self.apply(&fv, &av)?
             }
             Expr::Cons(tags, a, b) => {
-                if !tags.is_empty() {
-                    return self.unsupported("AD-tagged code");
-                }
                 let x = self.eval(a, env)?;
                 let y = self.eval(b, env)?;
-                Av::pair(x, y)
+                Av::tagged_pair(tags, x, y)
             }
             Expr::Letrec(bs, body) => {
                 let names: Rc<[Var]> = bs.iter().map(|(v, _)| *v).collect();
@@ -317,16 +342,19 @@ impl<'a> Analysis<'a> {
                 env.truncate(mark);
                 r
             }
-            Expr::If(c, a, b) => match self.eval(c, env)? {
-                Av::Bottom => Av::Bottom,
-                Av::Bool(Some(false)) => self.eval(b, env)?,
-                Av::Bool(None) | Av::Dyn(_) => {
-                    let x = self.eval(a, env)?;
-                    let y = self.eval(b, env)?;
-                    x.join(&y)
+            Expr::If(c, a, b) => {
+                let c = self.eval(c, env)?;
+                match truth(&c) {
+                    None if c == Av::Bottom => Av::Bottom,
+                    Some(false) => self.eval(b, env)?,
+                    Some(true) => self.eval(a, env)?,
+                    None => {
+                        let x = self.eval(a, env)?;
+                        let y = self.eval(b, env)?;
+                        x.join(&y)
+                    }
                 }
-                _ => self.eval(a, env)?,
-            },
+            }
         })
     }
 
@@ -335,7 +363,8 @@ impl<'a> Analysis<'a> {
         if *a == Av::Bottom {
             return Ok(Av::Bottom);
         }
-        match f {
+        let f = self.force(f)?;
+        match &f {
             Av::Prim(p) => self.prim(*p, a),
             Av::Closure(c, env) => self.call(*c, env.clone(), a.clone()),
             Av::Dyn(set) => {
@@ -346,6 +375,9 @@ impl<'a> Analysis<'a> {
                         Callee::Code(c) => {
                             let n = self.codes[c.0 as usize].free.len();
                             let env: Rc<[Av]> = (0..n).map(|_| f.clone()).collect();
+                            if !self.code_tags(*c).is_empty() {
+                                return self.unsupported("AD on boxed values");
+                            }
                             self.call(*c, env, a.clone())?
                         }
                     };
@@ -361,9 +393,13 @@ impl<'a> Analysis<'a> {
     /// A primitive on an abstract argument. Known reals are folded with the evaluator's own
     /// arithmetic, so folding never changes a result.
     fn prim(&mut self, p: Prim, a: &Av) -> R<Av> {
+        if let Some(r) = self.ad_prim(p, a)? {
+            return Ok(r);
+        }
+        let a = &self.force_shallow(a)?;
         let two = |a: &Av| -> Option<(Av, Av)> {
             match a {
-                Av::Pair(x, y) => Some(((**x).clone(), (**y).clone())),
+                Av::Pair(t, x, y) if t.is_empty() => Some(((**x).clone(), (**y).clone())),
                 Av::Dyn(_) => Some((a.clone(), a.clone())),
                 _ => None,
             }
@@ -411,15 +447,20 @@ impl<'a> Analysis<'a> {
             },
             _ if p.is_type_predicate() => match a {
                 Av::Dyn(_) => Av::Bool(None),
-                _ => yes_no(Some(match p {
-                    Prim::IsNull => *a == Av::Nil,
-                    Prim::IsBoolean => matches!(a, Av::Bool(_)),
-                    Prim::IsReal => matches!(a, Av::Real(_)),
-                    Prim::IsPair => matches!(a, Av::Pair(..)),
-                    Prim::IsProcedure => matches!(a, Av::Prim(_) | Av::Closure(..)),
-                    // Untagged values only, so far.
-                    _ => false,
-                })),
+                _ => {
+                    let top = self.tags_of(a).top();
+                    yes_no(Some(match p {
+                        Prim::IsNull => *a == Av::Nil,
+                        Prim::IsBoolean => matches!(a, Av::Bool(_)),
+                        Prim::IsReal => matches!(a, Av::Real(_)),
+                        Prim::IsPair => matches!(a, Av::Pair(t, ..) if t.is_empty()),
+                        Prim::IsProcedure => matches!(a, Av::Prim(_) | Av::Closure(..)),
+                        Prim::IsPerturbation => top == Some(Tag::Perturbation),
+                        Prim::IsForward => top == Some(Tag::Forward),
+                        Prim::IsSensitivity => top == Some(Tag::Sensitivity),
+                        _ => top == Some(Tag::Reverse),
+                    }))
+                }
             },
             Prim::IfProcedure => {
                 let Some((c, rest)) = two(a) else {
@@ -428,14 +469,14 @@ impl<'a> Analysis<'a> {
                 let Some((t, e)) = two(&rest) else {
                     return Ok(Av::Bottom);
                 };
-                match c {
-                    Av::Bool(Some(false)) => self.apply(&e, &Av::Nil)?,
-                    Av::Bool(None) | Av::Dyn(_) => {
+                match truth(&c) {
+                    Some(false) => self.apply(&e, &Av::Nil)?,
+                    Some(true) => self.apply(&t, &Av::Nil)?,
+                    None => {
                         let x = self.apply(&t, &Av::Nil)?;
                         let y = self.apply(&e, &Av::Nil)?;
                         x.join(&y)
                     }
-                    _ => self.apply(&t, &Av::Nil)?,
                 }
             }
             Prim::ReadReal => match a {
@@ -464,7 +505,7 @@ impl<'a> Analysis<'a> {
                 } else {
                     self.apply(&f, &Av::real())?
                 };
-                Av::Array(Rc::new(elem))
+                Av::array(Tags::EMPTY, elem)
             }
             Prim::Ifold => {
                 let Some((f, rest)) = two(a) else {
@@ -497,14 +538,14 @@ impl<'a> Analysis<'a> {
                 if real(&i).is_none() {
                     return Ok(Av::Bottom);
                 }
-                match arr {
-                    Av::Array(e) => (*e).clone(),
+                match self.force(&arr)? {
+                    Av::Array(_, e) => (*e).clone(),
                     Av::Dyn(_) => arr,
                     _ => Av::Bottom,
                 }
             }
-            Prim::ArrayLength => match a {
-                Av::Array(_) | Av::Dyn(_) => Av::real(),
+            Prim::ArrayLength => match self.force(a)? {
+                Av::Array(..) | Av::Dyn(_) => Av::real(),
                 _ => Av::Bottom,
             },
             _ => return self.unsupported(&format!("the AD operator `{}`", p.name())),
@@ -518,9 +559,23 @@ fn may_equal(c: &Av, v: &Av) -> bool {
         (_, Av::Dyn(_)) => true,
         (Av::Real(Some(x)), Av::Real(y)) => y.is_none_or(|y| y == *x),
         (Av::Bool(Some(x)), Av::Bool(y)) => y.is_none_or(|y| y == *x),
-        (Av::Pair(a, b), Av::Pair(x, y)) => may_equal(a, x) && may_equal(b, y),
-        (Av::Array(_), Av::Array(_)) => true,
+        (Av::Pair(t, a, b), Av::Pair(u, x, y)) => t == u && may_equal(a, x) && may_equal(b, y),
+        (Av::Bundle(a, b), Av::Bundle(x, y)) => may_equal(a, x) && may_equal(b, y),
+        (Av::Tagged(t, a), Av::Tagged(u, x)) => t == u && may_equal(a, x),
+        (Av::Array(t, _), Av::Array(u, _)) => t == u,
         _ => c == v,
+    }
+}
+
+/// Truth for `if` (everything but `#f`, looking through AD tags, as the evaluator); `None`
+/// when not known.
+fn truth(v: &Av) -> Option<bool> {
+    match v {
+        Av::Bool(b) => b.map(|b| b),
+        Av::Bundle(p, _) => truth(p),
+        Av::Tagged(_, x) => truth(x),
+        Av::Bottom | Av::Dyn(_) | Av::Zero(_) => None,
+        _ => Some(true),
     }
 }
 
@@ -531,8 +586,9 @@ pub fn datum_av(d: &Datum) -> Av {
         Datum::Bool(b) => Av::Bool(Some(*b)),
         Datum::Real(r) => Av::known_real(*r),
         Datum::Pair(p) => Av::pair(datum_av(&p.0), datum_av(&p.1)),
-        Datum::Array(a) => Av::Array(Rc::new(
+        Datum::Array(a) => Av::array(
+            Tags::EMPTY,
             a.iter().fold(Av::Bottom, |acc, x| acc.join(&datum_av(x))),
-        )),
+        ),
     }
 }

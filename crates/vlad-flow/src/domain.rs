@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::rc::Rc;
-use vlad_core::Prim;
+use vlad_core::{Prim, Tag, Tags};
 
 /// A specialisable piece of code: member `index` of a `letrec` group (a plain lambda is a group
 /// of one), interned by the analysis.
@@ -55,18 +55,26 @@ pub enum Av {
     /// A known real, or some real.
     Real(Option<Real>),
     Prim(Prim),
-    Pair(Rc<Av>, Rc<Av>),
-    /// A closure: its code and its environment, in the code's free-variable order.
+    /// A pair with its AD tag stack (tagged structurally, as in the evaluator).
+    Pair(Tags, Rc<Av>, Rc<Av>),
+    /// A closure: its code and its environment, in the code's free-variable order. Its tags are
+    /// its code's.
     Closure(CodeId, Rc<[Av]>),
-    /// An array of any length whose elements are all in the element value.
-    Array(Rc<Av>),
+    /// An array of any length whose elements are all in the element value, with its tags.
+    Array(Tags, Rc<Av>),
+    /// `(forward primal tangent)` of a scalar primal.
+    Bundle(Rc<Av>, Rc<Av>),
+    /// A scalar tagged `perturbation`, `sensitivity` or `reverse`.
+    Tagged(Tag, Rc<Av>),
+    /// The lazy zero sensitivity of a reverse value (the evaluator's `Value::Zero`).
+    Zero(Rc<Av>),
     /// Some value of any shape, boxed; procedures inside it are among these callees.
     Dyn(Rc<BTreeSet<Callee>>),
 }
 
 /// Values nested deeper than this are boxed (`Dyn`): it bounds the lattice, so the analysis
 /// terminates on programs that build structures of unbounded size.
-pub const MAX_DEPTH: usize = 6;
+pub const MAX_DEPTH: usize = 10;
 
 impl Av {
     pub fn real() -> Av {
@@ -78,10 +86,32 @@ impl Av {
     }
 
     pub fn pair(a: Av, b: Av) -> Av {
+        Av::tagged_pair(Tags::EMPTY, a, b)
+    }
+
+    pub fn tagged_pair(tags: Tags, a: Av, b: Av) -> Av {
         if a == Av::Bottom || b == Av::Bottom {
             return Av::Bottom;
         }
-        Av::Pair(Rc::new(a), Rc::new(b))
+        Av::Pair(tags, Rc::new(a), Rc::new(b))
+    }
+
+    pub fn bundle(p: Av, t: Av) -> Av {
+        if p == Av::Bottom || t == Av::Bottom {
+            return Av::Bottom;
+        }
+        Av::Bundle(Rc::new(p), Rc::new(t))
+    }
+
+    pub fn tagged(tag: Tag, v: Av) -> Av {
+        if v == Av::Bottom {
+            return Av::Bottom;
+        }
+        Av::Tagged(tag, Rc::new(v))
+    }
+
+    pub fn array(tags: Tags, e: Av) -> Av {
+        Av::Array(tags, Rc::new(e))
     }
 
     pub fn dyn_of(callees: BTreeSet<Callee>) -> Av {
@@ -95,7 +125,7 @@ impl Av {
             Av::Prim(p) => {
                 out.insert(Callee::Prim(*p));
             }
-            Av::Pair(a, b) => {
+            Av::Pair(_, a, b) | Av::Bundle(a, b) => {
                 a.callees(out);
                 b.callees(out);
             }
@@ -105,7 +135,7 @@ impl Av {
                     x.callees(out);
                 }
             }
-            Av::Array(e) => e.callees(out),
+            Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.callees(out),
             Av::Dyn(s) => out.extend(s.iter().copied()),
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
         }
@@ -128,12 +158,17 @@ impl Av {
             (Av::Bottom, x) | (x, Av::Bottom) => x.clone(),
             (Av::Real(_), Av::Real(_)) => Av::real(),
             (Av::Bool(_), Av::Bool(_)) => Av::Bool(None),
-            (Av::Pair(a1, d1), Av::Pair(a2, d2)) => Av::pair(a1.join(a2), d1.join(d2)),
+            (Av::Pair(t1, a1, d1), Av::Pair(t2, a2, d2)) if t1 == t2 => {
+                Av::tagged_pair(*t1, a1.join(a2), d1.join(d2))
+            }
+            (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => Av::bundle(a1.join(a2), d1.join(d2)),
+            (Av::Tagged(t1, x), Av::Tagged(t2, y)) if t1 == t2 => Av::tagged(*t1, x.join(y)),
+            (Av::Zero(x), Av::Zero(y)) => Av::Zero(Rc::new(x.join(y))),
             (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
                 *c1,
                 e1.iter().zip(e2.iter()).map(|(x, y)| x.join(y)).collect(),
             ),
-            (Av::Array(x), Av::Array(y)) => Av::Array(Rc::new(x.join(y))),
+            (Av::Array(t1, x), Av::Array(t2, y)) if t1 == t2 => Av::array(*t1, x.join(y)),
             _ => {
                 let mut s = BTreeSet::new();
                 self.callees(&mut s);
@@ -143,21 +178,51 @@ impl Av {
         }
     }
 
+    /// The value with every constant forgotten (its shape): loop counters that differ only in
+    /// their values have the same shape.
+    pub fn shape(&self) -> Av {
+        match self {
+            Av::Real(_) => Av::real(),
+            Av::Bool(_) => Av::Bool(None),
+            Av::Pair(t, a, b) => Av::tagged_pair(*t, a.shape(), b.shape()),
+            Av::Bundle(a, b) => Av::bundle(a.shape(), b.shape()),
+            Av::Closure(c, env) => Av::Closure(*c, env.iter().map(Av::shape).collect()),
+            Av::Array(t, e) => Av::array(*t, e.shape()),
+            Av::Tagged(t, e) => Av::tagged(*t, e.shape()),
+            Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
+            _ => self.clone(),
+        }
+    }
+
     /// Boxes what lies deeper than `depth` levels.
     pub fn limit_depth(&self, depth: usize) -> Av {
-        let aggregate = matches!(self, Av::Pair(..) | Av::Closure(..) | Av::Array(_));
+        let aggregate = matches!(
+            self,
+            Av::Pair(..)
+                | Av::Closure(..)
+                | Av::Array(..)
+                | Av::Bundle(..)
+                | Av::Tagged(..)
+                | Av::Zero(_)
+        );
         if !aggregate {
             return self.clone();
         }
-        if depth == 0 {
+        if depth == 0 && !matches!(self, Av::Bundle(..) | Av::Tagged(..)) {
             return self.boxed();
         }
         match self {
-            Av::Pair(a, b) => Av::pair(a.limit_depth(depth - 1), b.limit_depth(depth - 1)),
+            Av::Pair(t, a, b) => {
+                Av::tagged_pair(*t, a.limit_depth(depth - 1), b.limit_depth(depth - 1))
+            }
+            // AD wrappers do not count: their nesting is bounded by the tag depth anyway.
+            Av::Bundle(a, b) => Av::bundle(a.limit_depth(depth), b.limit_depth(depth)),
             Av::Closure(c, env) => {
                 Av::Closure(*c, env.iter().map(|x| x.limit_depth(depth - 1)).collect())
             }
-            Av::Array(e) => Av::Array(Rc::new(e.limit_depth(depth - 1))),
+            Av::Array(t, e) => Av::array(*t, e.limit_depth(depth - 1)),
+            Av::Tagged(t, e) => Av::tagged(*t, e.limit_depth(depth)),
+            Av::Zero(e) => Av::Zero(Rc::new(e.limit_depth(depth - 1))),
             _ => unreachable!("aggregates only"),
         }
     }
@@ -169,9 +234,10 @@ impl Av {
             Av::Bottom | Av::Nil | Av::Prim(_) => true,
             Av::Bool(b) => b.is_some(),
             Av::Real(r) => r.is_some(),
-            Av::Pair(a, b) => a.is_void() && b.is_void(),
+            Av::Pair(_, a, b) | Av::Bundle(a, b) => a.is_void() && b.is_void(),
+            Av::Tagged(_, a) | Av::Zero(a) => a.is_void(),
             Av::Closure(_, env) => env.iter().all(Av::is_void),
-            Av::Array(_) | Av::Dyn(_) => false,
+            Av::Array(..) | Av::Dyn(_) => false,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! Architecture invariant: the analysis never runs the program; it reads Core only, and folds
 //! constants with the evaluator's own arithmetic so that folding cannot change a result.
 
+mod ad;
 pub mod analysis;
 pub mod domain;
 pub mod show;

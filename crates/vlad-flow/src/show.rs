@@ -10,9 +10,9 @@ impl Analysis<'_> {
     pub fn code_name(&self, c: CodeId, place: &dyn Fn(Span) -> String) -> String {
         let code = &self.codes[c.0 as usize];
         if let Some(name) = code.names.get(code.index as usize) {
-            return self.arena.var_name(*name).to_string();
+            return self.ev.arena.var_name(*name).to_string();
         }
-        match self.arena.get(code.lambda()) {
+        match self.ev.arena.get(code.lambda()) {
             Expr::Lambda(_, _, span) if !span.is_none() => format!("lambda@{}", place(*span)),
             _ => "top-level".to_string(),
         }
@@ -38,12 +38,13 @@ impl Analysis<'_> {
             Av::Prim(p) => {
                 let _ = write!(s, "<procedure:{}>", p.name());
             }
-            Av::Pair(a, d) => {
+            Av::Pair(t, a, d) => {
                 s.push('(');
                 self.write_av(a, place, s);
                 s.push_str(" . ");
                 self.write_av(d, place, s);
                 s.push(')');
+                write_tags(*t, s);
             }
             Av::Closure(c, env) => {
                 s.push('<');
@@ -54,10 +55,28 @@ impl Analysis<'_> {
                 }
                 s.push('>');
             }
-            Av::Array(e) => {
+            Av::Array(t, e) => {
                 s.push_str("#[");
                 self.write_av(e, place, s);
                 s.push(']');
+                write_tags(*t, s);
+            }
+            Av::Bundle(p, t) => {
+                s.push_str("(forward ");
+                self.write_av(p, place, s);
+                s.push(' ');
+                self.write_av(t, place, s);
+                s.push(')');
+            }
+            Av::Tagged(t, x) => {
+                let _ = write!(s, "({} ", t.name());
+                self.write_av(x, place, s);
+                s.push(')');
+            }
+            Av::Zero(of) => {
+                s.push_str("(zero-sensitivity-of ");
+                self.write_av(of, place, s);
+                s.push(')');
             }
             Av::Dyn(set) => {
                 s.push_str("dyn{");
@@ -97,4 +116,13 @@ impl Analysis<'_> {
         }
         s
     }
+}
+
+/// A tagged aggregate's tag stack, as a suffix: `(1 . 2)^forward`.
+fn write_tags(t: vlad_core::Tags, s: &mut String) {
+    if t.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = t.iter().map(|x| x.name()).collect();
+    let _ = write!(s, "^{}", names.join("^"));
 }

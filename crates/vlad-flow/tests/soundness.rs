@@ -18,8 +18,8 @@ fn contains(a: &Av, v: &Value, code: &dyn Fn(&Value) -> Option<CodeId>) -> bool 
         (Av::Bool(b), Value::Bool(x)) => b.is_none_or(|b| b == *x),
         (Av::Real(r), Value::Real(x)) => r.is_none_or(|r| r.get().to_bits() == x.to_bits()),
         (Av::Prim(p), Value::Prim(q)) => p == q,
-        (Av::Pair(x, y), Value::Pair(p)) => {
-            p.tags.is_empty() && contains(x, &p.car, code) && contains(y, &p.cdr, code)
+        (Av::Pair(t, x, y), Value::Pair(p)) => {
+            p.tags == *t && contains(x, &p.car, code) && contains(y, &p.cdr, code)
         }
         (Av::Closure(c, env), Value::Closure(k)) => {
             code(v) == Some(*c)
@@ -28,9 +28,16 @@ fn contains(a: &Av, v: &Value, code: &dyn Fn(&Value) -> Option<CodeId>) -> bool 
                     .zip(k.env.0.iter())
                     .all(|(x, y)| contains(x, y, code))
         }
-        (Av::Array(e), Value::Array(arr)) => {
-            arr.tags.is_empty() && arr.elems.iter().all(|x| contains(e, x, code))
+        (Av::Array(t, e), Value::Array(arr)) => {
+            arr.tags == *t && arr.elems.iter().all(|x| contains(e, x, code))
         }
+        // A lazy array sensitivity: its shape only.
+        (Av::Array(t, _), Value::SensArray(arr)) => arr.tags == *t,
+        (Av::Bundle(p, t), Value::Bundle(b)) => {
+            contains(p, &b.primal, code) && contains(t, &b.tangent, code)
+        }
+        (Av::Tagged(t, x), Value::Tagged(y)) => *t == y.tag && contains(x, &y.value, code),
+        (Av::Zero(of), Value::Zero(z)) => contains(of, &z.of, code),
         _ => false,
     }
 }
@@ -48,6 +55,10 @@ fn callees_within(
                 && k.env.0.iter().all(|x| callees_within(x, set, code))
         }
         Value::Pair(p) => callees_within(&p.car, set, code) && callees_within(&p.cdr, set, code),
+        Value::Bundle(b) => {
+            callees_within(&b.primal, set, code) && callees_within(&b.tangent, set, code)
+        }
+        Value::Tagged(t) => callees_within(&t.value, set, code),
         Value::Array(a) => a.elems.iter().all(|x| callees_within(x, set, code)),
         _ => true,
     }
@@ -91,7 +102,7 @@ fn check_file(path: &Path, tally: &mut Tally) {
         let Ok(core) = te.core else { continue };
         // The analysis first (it borrows the arena), keeping what the check needs.
         let (result, codes) = {
-            let mut an = Analysis::new(&mut ev.arena);
+            let mut an = Analysis::new(&mut ev);
             match an.analyse(core) {
                 Ok(k) => {
                     let r = an.results[k].clone();

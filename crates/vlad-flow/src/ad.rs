@@ -1,0 +1,537 @@
+//! The AD operators on abstract values: the evaluator's structural maps (`vlad-eval/src/ad.rs`)
+//! one for one, over shapes instead of values. Closures are transformed by transforming their
+//! code with the same Core -> Core transforms (memoised in the shared arena), and primitives
+//! are lifted to the closures of the evaluator's prelude, so an abstract closure always names
+//! exactly the code the evaluator would run.
+
+use crate::analysis::{Analysis, FlowError};
+use crate::domain::{Av, CodeId};
+use std::rc::Rc;
+use vlad_core::{Prim, Tag, Tags};
+use vlad_eval::value::Value;
+
+type R<T> = Result<T, FlowError>;
+
+impl Analysis<'_> {
+    /// The AD tag stack of an abstract value (as `Value::tags`).
+    pub fn tags_of(&self, v: &Av) -> Tags {
+        match v {
+            Av::Pair(t, ..) | Av::Array(t, _) => *t,
+            Av::Closure(c, _) => self.code_tags(*c),
+            Av::Bundle(p, _) => self.tags_of(p).push(Tag::Forward).unwrap_or(Tags::EMPTY),
+            Av::Tagged(t, x) => self.tags_of(x).push(*t).unwrap_or(Tags::EMPTY),
+            Av::Zero(of) => self
+                .tags_of(of)
+                .pop()
+                .push(Tag::Sensitivity)
+                .unwrap_or(Tags::EMPTY),
+            _ => Tags::EMPTY,
+        }
+    }
+
+    /// The tags of closures of a code: those of its lambda's parameter.
+    pub fn code_tags(&self, c: CodeId) -> Tags {
+        let lam = self.codes[c.0 as usize].lambda();
+        match self.ev.arena.get(lam) {
+            vlad_core::Expr::Lambda(p, _, _) => vlad_core::reverse::pattern_tags(p),
+            _ => Tags::EMPTY,
+        }
+    }
+
+    /// A lazy zero computed one level (as the evaluator's pattern matching and maps do).
+    pub(crate) fn force(&mut self, v: &Av) -> R<Av> {
+        match v {
+            Av::Zero(of) => self.force_zero(of),
+            _ => Ok(v.clone()),
+        }
+    }
+
+    /// Lazy zeros in the top two levels computed: where a primitive's operands are.
+    pub(crate) fn force_shallow(&mut self, v: &Av) -> R<Av> {
+        let v = self.force(v)?;
+        Ok(match &v {
+            Av::Pair(t, a, d) => {
+                let a = self.force(a)?;
+                let d = match self.force(d)? {
+                    Av::Pair(u, x, y) => {
+                        let x = self.force(&x)?;
+                        let y = self.force(&y)?;
+                        Av::tagged_pair(u, x, y)
+                    }
+                    other => other,
+                };
+                Av::tagged_pair(*t, a, d)
+            }
+            _ => v,
+        })
+    }
+
+    /// The closure of the `tag` version of a primitive, as an abstract value.
+    fn prim_closure(&mut self, p: Prim, tag: Tag) -> R<Option<Av>> {
+        let v = self
+            .ev
+            .prim_version_closure(p, tag)
+            .map_err(|e| FlowError {
+                span: self.site(),
+                message: e.message,
+            })?;
+        Ok(match v {
+            Some(Value::Closure(c)) => {
+                let code = self.code(
+                    c.group.names.clone().into(),
+                    c.group.lambdas.clone().into(),
+                    c.index,
+                );
+                Some(Av::Closure(code, Rc::from([])))
+            }
+            _ => None,
+        })
+    }
+
+    /// If code `c` is the `tag` version of a primitive, that primitive.
+    fn prim_version(&self, c: CodeId, tag: Tag) -> Option<Prim> {
+        let code = &self.codes[c.0 as usize];
+        if code.lambdas.len() != 1 {
+            return None;
+        }
+        match self.ev.prim_version_of(code.lambdas[0]) {
+            Some((t, p)) if t == tag => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The code of `c` transformed by `tag` (the evaluator's `transform_group`).
+    fn transform_code(&mut self, c: CodeId, tag: Tag) -> R<CodeId> {
+        let code = self.codes[c.0 as usize].clone();
+        let mut lambdas = Vec::with_capacity(code.lambdas.len());
+        for l in code.lambdas.iter() {
+            let t = if tag == Tag::Reverse {
+                self.ev.arena.reverse_transform(*l, &code.names, &code.free)
+            } else {
+                self.ev.arena.transform(*l, tag)
+            };
+            match t {
+                Ok(t) => lambdas.push(t),
+                Err(e) => return self.fail(e.to_string()),
+            }
+        }
+        let mut names = Vec::with_capacity(code.names.len());
+        for v in code.names.iter() {
+            match v.tags.push(tag) {
+                Some(tags) => names.push(vlad_core::Var { id: v.id, tags }),
+                None => return self.fail("AD nesting too deep".into()),
+            }
+        }
+        Ok(self.code(names.into(), lambdas.into(), code.index))
+    }
+
+    /// The code `c`'s is the `tag` transform of, if any.
+    fn untransform_code(&mut self, c: CodeId, tag: Tag) -> Option<CodeId> {
+        let code = self.codes[c.0 as usize].clone();
+        let mut lambdas = Vec::with_capacity(code.lambdas.len());
+        for l in code.lambdas.iter() {
+            lambdas.push(self.ev.arena.untransform(*l, tag)?);
+        }
+        let names: Vec<vlad_core::Var> = code
+            .names
+            .iter()
+            .map(|v| vlad_core::Var {
+                id: v.id,
+                tags: v.tags.pop(),
+            })
+            .collect();
+        Some(self.code(names.into(), lambdas.into(), code.index))
+    }
+
+    fn map_env(&mut self, env: &[Av], mut f: impl FnMut(&mut Self, &Av) -> R<Av>) -> R<Rc<[Av]>> {
+        env.iter().map(|x| f(self, x)).collect()
+    }
+
+    /// Lifts a constant or primitive through its tags, innermost first (`lift` of the evaluator).
+    pub(crate) fn lift(&mut self, v: Av, tags: Tags) -> R<Av> {
+        let mut v = v;
+        let ts: Vec<Tag> = tags.iter().collect();
+        for tag in ts.into_iter().rev() {
+            v = match tag {
+                Tag::Forward => {
+                    let z = self.zero(&v)?;
+                    let t = self.tag(&z, Tag::Perturbation)?;
+                    self.bundle(&v, &t)?
+                }
+                other => self.tag(&v, other)?,
+            };
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn zero(&mut self, v: &Av) -> R<Av> {
+        Ok(match v {
+            Av::Real(_) => Av::known_real(0.0),
+            Av::Bottom | Av::Nil | Av::Bool(_) | Av::Prim(_) => v.clone(),
+            Av::Pair(t, a, d) => {
+                let (a, d) = (self.zero(a)?, self.zero(d)?);
+                Av::tagged_pair(*t, a, d)
+            }
+            Av::Closure(c, env) => Av::Closure(*c, self.map_env(env, |s, x| s.zero(x))?),
+            Av::Bundle(p, t) => {
+                let (p, t) = (self.zero(p)?, self.zero(t)?);
+                Av::bundle(p, t)
+            }
+            Av::Tagged(t, x) => Av::tagged(*t, self.zero(x)?),
+            Av::Array(t, e) => Av::array(*t, self.zero(e)?),
+            Av::Zero(of) => {
+                let m = self.force_zero(of)?;
+                self.zero(&m)?
+            }
+            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+        })
+    }
+
+    /// `perturb`, `sensitize`, `*j`: push a tag.
+    pub(crate) fn tag(&mut self, v: &Av, tag: Tag) -> R<Av> {
+        if self.tags_of(v).depth() >= vlad_core::tags::MAX_TAG_DEPTH {
+            return self.fail(vlad_core::transform::TransformError::TooDeep.to_string());
+        }
+        Ok(match v {
+            Av::Bottom => Av::Bottom,
+            Av::Pair(t, a, d) => {
+                let (a, d) = (self.tag(a, tag)?, self.tag(d, tag)?);
+                Av::tagged_pair(t.push(tag).expect("depth checked"), a, d)
+            }
+            Av::Array(t, e) => Av::array(t.push(tag).expect("depth checked"), self.tag(e, tag)?),
+            Av::Closure(c, env) => {
+                let c2 = self.transform_code(*c, tag)?;
+                Av::Closure(c2, self.map_env(env, |s, x| s.tag(x, tag))?)
+            }
+            Av::Prim(q) if tag == Tag::Reverse => match self.prim_closure(*q, Tag::Reverse)? {
+                Some(f) => f,
+                None => return self.fail(format!("`{}` has no reverse version", q.name())),
+            },
+            Av::Zero(of) => {
+                let m = self.force_zero(of)?;
+                self.tag(&m, tag)?
+            }
+            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            _ => Av::tagged(tag, v.clone()),
+        })
+    }
+
+    /// `unperturb`, `unsensitize`, `*j-inverse`: remove the outermost tag (bottom: an error).
+    pub(crate) fn untag(&mut self, v: &Av, tag: Tag) -> R<Av> {
+        let v = self.force(v)?;
+        Ok(match &v {
+            Av::Tagged(t, x) if *t == tag => (**x).clone(),
+            Av::Pair(t, a, d) if t.top() == Some(tag) => {
+                let (a, d) = (self.untag(a, tag)?, self.untag(d, tag)?);
+                Av::tagged_pair(t.pop(), a, d)
+            }
+            Av::Array(t, e) if t.top() == Some(tag) => Av::array(t.pop(), self.untag(e, tag)?),
+            Av::Closure(c, _) if tag == Tag::Reverse && self.prim_version(*c, tag).is_some() => {
+                Av::Prim(self.prim_version(*c, tag).expect("checked"))
+            }
+            Av::Closure(c, env) if self.code_tags(*c).top() == Some(tag) => {
+                match self.untransform_code(*c, tag) {
+                    Some(c2) => Av::Closure(c2, self.map_env(env, |s, x| s.untag(x, tag))?),
+                    None => Av::Bottom,
+                }
+            }
+            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            _ => Av::Bottom,
+        })
+    }
+
+    pub(crate) fn bundle(&mut self, p: &Av, t: &Av) -> R<Av> {
+        let p = self.force(p)?;
+        let t = self.force(t)?;
+        if matches!(p, Av::Dyn(_)) || matches!(t, Av::Dyn(_)) {
+            return self.unsupported("AD on boxed values");
+        }
+        let inner = match &t {
+            Av::Tagged(Tag::Perturbation, x) => Some((**x).clone()),
+            _ => None,
+        };
+        Ok(match &p {
+            Av::Bottom => Av::Bottom,
+            Av::Prim(q) => match inner {
+                Some(Av::Prim(q2)) if q2 == *q => match self.prim_closure(*q, Tag::Forward)? {
+                    Some(f) => f,
+                    None => return self.fail(format!("`{}` has no forward version", q.name())),
+                },
+                _ => Av::Bottom,
+            },
+            Av::Real(_) | Av::Nil | Av::Bool(_) | Av::Bundle(..) | Av::Tagged(..) => match inner {
+                Some(x) if same_scalar_shape(&p, &x) => Av::bundle(p.clone(), t.clone()),
+                _ => Av::Bottom,
+            },
+            Av::Pair(pt, pa, pd) => match &t {
+                Av::Pair(tt, ta, td) if Some(*tt) == pt.push(Tag::Perturbation) => {
+                    let a = self.bundle(pa, ta)?;
+                    let d = self.bundle(pd, td)?;
+                    match pt.push(Tag::Forward) {
+                        Some(tags) => Av::tagged_pair(tags, a, d),
+                        None => return self.fail("AD nesting too deep".into()),
+                    }
+                }
+                _ => Av::Bottom,
+            },
+            Av::Array(pt, pe) => match &t {
+                Av::Array(tt, te) if Some(*tt) == pt.push(Tag::Perturbation) => {
+                    let e = self.bundle(pe, te)?;
+                    match pt.push(Tag::Forward) {
+                        Some(tags) => Av::array(tags, e),
+                        None => return self.fail("AD nesting too deep".into()),
+                    }
+                }
+                _ => Av::Bottom,
+            },
+            Av::Closure(pc, penv) => match &t {
+                Av::Closure(tc, tenv)
+                    if self.codes[tc.0 as usize].index == self.codes[pc.0 as usize].index =>
+                {
+                    if self.transform_code(*pc, Tag::Perturbation)? != *tc {
+                        return Ok(Av::Bottom);
+                    }
+                    let fc = self.transform_code(*pc, Tag::Forward)?;
+                    let mut env = Vec::with_capacity(penv.len());
+                    for (x, y) in penv.iter().zip(tenv.iter()) {
+                        env.push(self.bundle(x, y)?);
+                    }
+                    Av::Closure(fc, env.into())
+                }
+                _ => Av::Bottom,
+            },
+            Av::Zero(_) | Av::Dyn(_) => unreachable!("forced and checked above"),
+        })
+    }
+
+    /// `primal` (`tangent == false`) or `tangent` of a forward value.
+    pub(crate) fn split(&mut self, v: &Av, tangent: bool) -> R<Av> {
+        let v = self.force(v)?;
+        Ok(match &v {
+            Av::Bundle(p, t) => {
+                if tangent {
+                    (**t).clone()
+                } else {
+                    (**p).clone()
+                }
+            }
+            Av::Pair(t, a, d) if t.top() == Some(Tag::Forward) => {
+                let (a, d) = (self.split(a, tangent)?, self.split(d, tangent)?);
+                Av::tagged_pair(Self::split_tags(*t, tangent), a, d)
+            }
+            Av::Array(t, e) if t.top() == Some(Tag::Forward) => {
+                Av::array(Self::split_tags(*t, tangent), self.split(e, tangent)?)
+            }
+            Av::Closure(c, _) if self.prim_version(*c, Tag::Forward).is_some() => {
+                let q = Av::Prim(self.prim_version(*c, Tag::Forward).expect("checked"));
+                if tangent {
+                    Av::tagged(Tag::Perturbation, q)
+                } else {
+                    q
+                }
+            }
+            Av::Closure(c, env) if self.code_tags(*c).top() == Some(Tag::Forward) => {
+                let Some(mut c2) = self.untransform_code(*c, Tag::Forward) else {
+                    return Ok(Av::Bottom);
+                };
+                if tangent {
+                    c2 = self.transform_code(c2, Tag::Perturbation)?;
+                }
+                Av::Closure(c2, self.map_env(env, |s, x| s.split(x, tangent))?)
+            }
+            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            _ => Av::Bottom,
+        })
+    }
+
+    fn split_tags(t: Tags, tangent: bool) -> Tags {
+        let rest = t.pop();
+        if tangent {
+            rest.push(Tag::Perturbation).expect("same depth")
+        } else {
+            rest
+        }
+    }
+
+    pub(crate) fn plus(&mut self, a: &Av, b: &Av) -> R<Av> {
+        if let Av::Zero(_) = a {
+            return Ok(b.clone());
+        }
+        if let Av::Zero(_) = b {
+            return Ok(a.clone());
+        }
+        Ok(match (a, b) {
+            (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => return self.unsupported("AD on boxed values"),
+            (Av::Real(Some(x)), Av::Real(Some(y))) => Av::known_real(x.get() + y.get()),
+            (Av::Real(_), Av::Real(_)) => Av::real(),
+            (Av::Nil, Av::Nil) => Av::Nil,
+            (Av::Bool(x), Av::Bool(y)) => match (x, y) {
+                (Some(x), Some(y)) if x != y => Av::Bottom,
+                (Some(x), _) | (_, Some(x)) => Av::Bool(Some(*x)),
+                _ => Av::Bool(None),
+            },
+            (Av::Prim(x), Av::Prim(y)) if x == y => a.clone(),
+            (Av::Pair(t, a1, d1), Av::Pair(u, a2, d2)) if t == u => {
+                let (x, y) = (self.plus(a1, a2)?, self.plus(d1, d2)?);
+                Av::tagged_pair(*t, x, y)
+            }
+            (Av::Array(t, x), Av::Array(u, y)) if t == u => Av::array(*t, self.plus(x, y)?),
+            (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => Av::tagged(*t, self.plus(x, y)?),
+            (Av::Bundle(p1, t1), Av::Bundle(p2, t2)) => {
+                let (x, y) = (self.plus(p1, p2)?, self.plus(t1, t2)?);
+                Av::bundle(x, y)
+            }
+            (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d => {
+                let mut env = Vec::with_capacity(e1.len());
+                for (x, y) in e1.iter().zip(e2.iter()) {
+                    env.push(self.plus(x, y)?);
+                }
+                Av::Closure(*c, env.into())
+            }
+            _ => Av::Bottom,
+        })
+    }
+
+    /// The zero sensitivity (before the sensitivity tag) of a value.
+    pub(crate) fn szero(&mut self, v: &Av) -> R<Av> {
+        let v = self.force(v)?;
+        Ok(match &v {
+            Av::Real(_) => Av::known_real(0.0),
+            Av::Bottom | Av::Nil | Av::Bool(_) => v.clone(),
+            Av::Prim(_) => Av::Nil,
+            Av::Pair(t, a, d) => {
+                let (a, d) = (self.szero(a)?, self.szero(d)?);
+                Av::tagged_pair(*t, a, d)
+            }
+            Av::Closure(c, env) => {
+                let tags = self.code_tags(*c);
+                let mut acc = self.lift(Av::Nil, tags)?;
+                for x in env.iter().rev() {
+                    let z = self.szero(x)?;
+                    acc = Av::tagged_pair(tags, z, acc);
+                }
+                acc
+            }
+            Av::Bundle(p, t) => {
+                let (p, t) = (self.szero(p)?, self.szero(t)?);
+                Av::bundle(p, t)
+            }
+            Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
+            Av::Array(t, e) => Av::array(*t, self.szero(e)?),
+            Av::Zero(_) => unreachable!("forced"),
+            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+        })
+    }
+
+    /// One level of the lazy zero sensitivity of the reverse value `of`.
+    pub(crate) fn force_zero(&mut self, of: &Av) -> R<Av> {
+        match of {
+            Av::Pair(t, a, d) if t.top() == Some(Tag::Reverse) => {
+                let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
+                Ok(Av::tagged_pair(
+                    tags,
+                    Av::Zero(a.clone()),
+                    Av::Zero(d.clone()),
+                ))
+            }
+            Av::Array(t, e) if t.top() == Some(Tag::Reverse) => {
+                let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
+                Ok(Av::array(tags, Av::Zero(e.clone())))
+            }
+            Av::Closure(c, env)
+                if self.code_tags(*c).top() == Some(Tag::Reverse)
+                    && self.prim_version(*c, Tag::Reverse).is_none() =>
+            {
+                let base = self.code_tags(*c).pop();
+                let tags = base.push(Tag::Sensitivity).expect("same depth");
+                let nil = self.lift(Av::Nil, base)?;
+                let mut acc = self.tag(&nil, Tag::Sensitivity)?;
+                for x in env.iter().rev() {
+                    acc = Av::tagged_pair(tags, Av::Zero(Rc::new(x.clone())), acc);
+                }
+                Ok(acc)
+            }
+            Av::Bottom => Ok(Av::Bottom),
+            _ => {
+                let p = self.untag(of, Tag::Reverse)?;
+                let z = self.szero(&p)?;
+                self.tag(&z, Tag::Sensitivity)
+            }
+        }
+    }
+
+    fn shallow_primal(&mut self, v: &Av) -> R<Av> {
+        let v = self.force(v)?;
+        let Some(tag) = self.tags_of(&v).top() else {
+            return Ok(Av::Bottom);
+        };
+        Ok(match &v {
+            Av::Bundle(p, _) => (**p).clone(),
+            Av::Tagged(_, x) => (**x).clone(),
+            Av::Pair(t, a, d) => Av::Pair(t.pop(), a.clone(), d.clone()),
+            Av::Array(t, e) => Av::Array(t.pop(), e.clone()),
+            Av::Closure(c, _) if self.prim_version(*c, tag).is_some() => {
+                Av::Prim(self.prim_version(*c, tag).expect("checked"))
+            }
+            Av::Closure(c, env) => match self.untransform_code(*c, tag) {
+                Some(c2) => Av::Closure(c2, env.clone()),
+                None => Av::Bottom,
+            },
+            _ => Av::Bottom,
+        })
+    }
+
+    /// The AD operators and the internal primitives of the prelude; `None` for the others.
+    pub(crate) fn ad_prim(&mut self, p: Prim, a: &Av) -> R<Option<Av>> {
+        let pair = |s: &mut Self, a: &Av| -> R<Option<(Av, Av)>> {
+            Ok(match s.force(a)? {
+                Av::Pair(t, x, y) if t.is_empty() => Some(((*x).clone(), (*y).clone())),
+                Av::Dyn(_) => return s.unsupported("AD on boxed values"),
+                _ => None,
+            })
+        };
+        Ok(Some(match p {
+            Prim::Zero => self.zero(a)?,
+            Prim::Perturb => self.tag(a, Tag::Perturbation)?,
+            Prim::Unperturb => self.untag(a, Tag::Perturbation)?,
+            Prim::Sensitize => self.tag(a, Tag::Sensitivity)?,
+            Prim::Unsensitize => self.untag(a, Tag::Sensitivity)?,
+            Prim::Primal => self.split(a, false)?,
+            Prim::Tangent => self.split(a, true)?,
+            Prim::StarJ => self.tag(a, Tag::Reverse)?,
+            Prim::StarJInverse => self.untag(a, Tag::Reverse)?,
+            Prim::Bundle => match pair(self, a)? {
+                Some((x, y)) => self.bundle(&x, &y)?,
+                None => Av::Bottom,
+            },
+            Prim::Plus => match pair(self, a)? {
+                Some((x, y)) => self.plus(&x, &y)?,
+                None => Av::Bottom,
+            },
+            Prim::ZeroSensR => Av::Zero(Rc::new(a.clone())),
+            Prim::SZero => self.szero(a)?,
+            Prim::ShallowPrimal => self.shallow_primal(a)?,
+            Prim::BuildLength | Prim::IfoldCount => a.clone(),
+            Prim::ListToArrayRev | Prim::ArrayToListRev | Prim::OneHotSens => {
+                return self.unsupported("reverse-mode arrays")
+            }
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// Can `t` (untagged) be the tangent of the scalar `p`?
+fn same_scalar_shape(p: &Av, t: &Av) -> bool {
+    match (p, t) {
+        (Av::Real(_), Av::Real(_)) | (Av::Nil, Av::Nil) => true,
+        (Av::Bool(x), Av::Bool(y)) => match (x, y) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        },
+        (Av::Bundle(a, b), Av::Bundle(x, y)) => same_scalar_shape(a, x) && same_scalar_shape(b, y),
+        (Av::Tagged(t, a), Av::Tagged(u, x)) => t == u && same_scalar_shape(a, x),
+        (Av::Prim(x), Av::Prim(y)) => x == y,
+        _ => false,
+    }
+}
