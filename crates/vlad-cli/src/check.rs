@@ -128,7 +128,12 @@ fn inputs_of(expected: &Sexp) -> Result<(Vec<f64>, &Sexp), String> {
     Ok((vec![], expected))
 }
 
-pub fn check(file: &Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
+pub fn check(
+    file: &Path,
+    include: &[PathBuf],
+    max_steps: Option<u64>,
+    engine: crate::Engine,
+) -> u8 {
     let (sources, exprs, mut ev) = match crate::prepare(file, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
@@ -151,7 +156,7 @@ pub fn check(file: &Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
         ev.steps = 0;
         let outcome = match &te.core {
             Err(d) => Outcome::Failed(d.message.clone()),
-            Ok(core) => match ev.eval(*core) {
+            Ok(core) => match crate::evaluate(&mut ev, *core, engine, max_steps) {
                 Err(e) => Outcome::Failed(e.message),
                 Ok(v) => {
                     let mut text = buffer.borrow().clone();

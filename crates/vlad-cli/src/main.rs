@@ -30,9 +30,13 @@ enum Command {
         /// Extra directories searched by `include`.
         #[arg(short = 'I', value_name = "DIR")]
         include: Vec<PathBuf>,
-        /// Use the reference evaluator (currently the only engine).
+        /// Use the reference evaluator (the default, until native code exists).
         #[arg(long)]
         interp: bool,
+        /// How to run: `eval`, the reference evaluator; `ir`, flow analysis and the
+        /// specialised first-order program.
+        #[arg(long, value_enum, default_value = "eval")]
+        engine: Engine,
         /// Stop with an error after this many evaluation steps.
         #[arg(long, value_name = "N")]
         max_steps: Option<u64>,
@@ -57,12 +61,17 @@ enum Command {
         /// Stop each assertion with an error after this many evaluation steps.
         #[arg(long, value_name = "N")]
         max_steps: Option<u64>,
+        /// How to run each assertion (see `vlad run --help`).
+        #[arg(long, value_enum, default_value = "eval")]
+        engine: Engine,
     },
 }
 
-/// Deep data (long lists, deeply nested pairs) is printed and compared recursively; give that
-/// work a generous stack rather than risk an overflow on legitimate programs.
-const STACK_BYTES: usize = 1 << 30;
+/// Deep data (long lists, deeply nested pairs) is printed and compared recursively, and the
+/// executor of the specialised program recurses natively for non-tail calls (about 3 KB a
+/// call): give that work a generous stack (reserved, not committed, until used) rather than
+/// risk an overflow on legitimate programs such as a million-deep non-tail recursion.
+const STACK_BYTES: usize = 1 << 33;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -72,14 +81,19 @@ fn main() -> ExitCode {
             Command::Run {
                 file,
                 include,
-                interp: _,
+                interp,
+                engine,
                 max_steps,
-            } => run(&file, &include, max_steps),
+            } => {
+                let engine = if interp { Engine::Eval } else { engine };
+                run(&file, &include, max_steps, engine)
+            }
             Command::Check {
                 file,
                 include,
                 max_steps,
-            } => check::check(&file, &include, max_steps),
+                engine,
+            } => check::check(&file, &include, max_steps, engine),
             Command::Compile {
                 file,
                 include,
@@ -116,7 +130,42 @@ pub(crate) fn prepare(
     Ok((sources, exprs, ev))
 }
 
-fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>) -> u8 {
+/// The ways to run a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// The reference evaluator.
+    Eval,
+    /// Flow analysis, specialisation, and the executor of the specialised program.
+    Ir,
+}
+
+/// Runs one closed top-level expression with `engine`.
+pub(crate) fn evaluate(
+    ev: &mut Evaluator,
+    core: vlad_core::ExprId,
+    engine: Engine,
+    max_steps: Option<u64>,
+) -> Result<vlad_eval::value::Value, vlad_eval::EvalError> {
+    match engine {
+        Engine::Eval => ev.eval(core),
+        Engine::Ir => {
+            let compiled = {
+                let mut analysis = vlad_flow::Analysis::new(ev);
+                analysis
+                    .analyse(core)
+                    .and_then(|entry| analysis.specialise(&[entry]))
+            };
+            let program = compiled.map_err(|e| {
+                vlad_eval::EvalError::new(e.span, format!("cannot compile: {}", e.message))
+            })?;
+            let mut exec = vlad_flow::Executor::new(ev, &program);
+            exec.max_calls = max_steps;
+            exec.run(program.entries[0])
+        }
+    }
+}
+
+fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {
     let (sources, exprs, mut ev) = match prepare(file, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
@@ -126,7 +175,7 @@ fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>) -> u
             Ok(c) => c,
             Err(d) => return report(&d, &sources),
         };
-        match ev.eval(core) {
+        match evaluate(&mut ev, core, engine, max_steps) {
             Ok(v) => {
                 let text = ev.render(&v);
                 ev.output.line(&text);

@@ -10,7 +10,7 @@ pub mod ad;
 mod array;
 pub mod code;
 pub mod io;
-mod machine;
+pub mod machine;
 pub mod prims;
 pub mod print;
 pub mod value;
@@ -104,6 +104,58 @@ impl Evaluator {
     }
 
     /// Evaluates a closed Core expression.
+    /// Applies a primitive that returns a value (not `build`, `ifold` or `if-procedure`, which
+    /// call procedures): for engines other than the machine, which share its primitives.
+    pub fn apply_primitive(
+        &mut self,
+        p: vlad_core::Prim,
+        arg: Value,
+        span: Span,
+    ) -> Result<Value, EvalError> {
+        match self.apply_prim(p, arg, span)? {
+            prims::Outcome::Value(v) => Ok(v),
+            prims::Outcome::TailCall(..) => Err(EvalError::new(
+                span,
+                format!("internal error: `{}` calls a procedure", p.name()),
+            )),
+        }
+    }
+
+    /// The value of a constant or primitive in code of level `tags` (lifted through them).
+    pub fn constant(&mut self, v: Value, tags: vlad_core::Tags) -> Result<Value, EvalError> {
+        if tags.is_empty() {
+            return Ok(v);
+        }
+        self.lift(v, tags, Span::NONE)
+    }
+
+    /// A closure of member `index` of the group (`names`, `lambdas`) over `env` (laid out in
+    /// the group's free-variable order).
+    pub fn make_closure(
+        &mut self,
+        names: &[vlad_core::Var],
+        lambdas: &[ExprId],
+        index: u32,
+        env: Vec<Value>,
+    ) -> Result<Value, EvalError> {
+        let g = self.group(names, lambdas)?;
+        Ok(Value::Closure(Rc::new(value::Closure {
+            group: self.code.groups[g as usize].clone(),
+            index,
+            env: Rc::new(value::Env(env)),
+        })))
+    }
+
+    /// One level of a lazy zero sensitivity or lazy array sensitivity computed (what pattern
+    /// matching does before looking at a value); other values unchanged.
+    pub fn force_lazy(&mut self, v: &Value) -> Result<Value, EvalError> {
+        match v {
+            Value::Zero(z) => self.force_zero(&z.of, Span::NONE),
+            Value::SensArray(a) => self.force_sens(a, Span::NONE),
+            _ => Ok(v.clone()),
+        }
+    }
+
     pub fn eval(&mut self, e: ExprId) -> Result<Value, EvalError> {
         let r = self.run_closed(e);
         self.output.flush();

@@ -362,6 +362,9 @@ impl Evaluator {
         y: Value,
         span: Span,
     ) -> Result<Mode, EvalError> {
+        if is_user_span(span) {
+            st.site = span;
+        }
         if let Value::Closure(c) = &f {
             let m = &c.group.members[c.index as usize];
             if let PatCode::Cons(tags, pa, pb) = &*self.code.pats[m.pat as usize] {
@@ -483,14 +486,7 @@ impl Evaluator {
                 if crate::ad::equal_data(c, &v) {
                     Ok(())
                 } else {
-                    Err(EvalError::new(
-                        span,
-                        format!(
-                            "pattern mismatch: expected {}, got {}",
-                            crate::print::to_string(c),
-                            v.describe()
-                        ),
-                    ))
+                    Err(const_mismatch(c, &v, span))
                 }
             }
             PatCode::Cons(tags, a, b) => match &v {
@@ -498,28 +494,43 @@ impl Evaluator {
                     self.bind_pattern(a, pair.car.clone(), frame, span)?;
                     self.bind_pattern(b, pair.cdr.clone(), frame, span)
                 }
-                _ => {
-                    let what = match tags.top() {
-                        None => "a pair".to_string(),
-                        Some(t) => format!("a {} pair", t.name()),
-                    };
-                    Err(EvalError::new(
-                        span,
-                        format!("pattern mismatch: expected {what}, got {}", v.describe()),
-                    ))
-                }
+                _ => Err(pair_mismatch(*tags, &v, span)),
             },
         }
     }
 }
 
+/// The error of a constant pattern `c` that `v` does not match.
+pub fn const_mismatch(c: &Value, v: &Value, span: Span) -> EvalError {
+    EvalError::new(
+        span,
+        format!(
+            "pattern mismatch: expected {}, got {}",
+            crate::print::to_string(c),
+            v.describe()
+        ),
+    )
+}
+
+/// The error of a pair pattern with these tags that `v` does not match.
+pub fn pair_mismatch(tags: Tags, v: &Value, span: Span) -> EvalError {
+    let what = match tags.top() {
+        None => "a pair".to_string(),
+        Some(t) => format!("a {} pair", t.name()),
+    };
+    EvalError::new(
+        span,
+        format!("pattern mismatch: expected {what}, got {}", v.describe()),
+    )
+}
+
 /// Spans of built-in code live far above any user file id (`SourceMap::builtin`).
-fn is_user_span(s: Span) -> bool {
+pub fn is_user_span(s: Span) -> bool {
     s.file < u32::MAX / 2
 }
 
 /// `true` if `outer` is the outermost part of `tags`.
-fn tags_start_with(tags: Tags, outer: Tags) -> bool {
+pub fn tags_start_with(tags: Tags, outer: Tags) -> bool {
     let mut a = tags.iter();
     outer.iter().all(|t| a.next() == Some(t))
 }

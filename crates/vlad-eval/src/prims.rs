@@ -16,7 +16,7 @@ pub enum Outcome {
 }
 
 /// The two components of an untagged pair.
-pub(crate) fn two(arg: &Value) -> Option<(&Value, &Value)> {
+pub fn two(arg: &Value) -> Option<(&Value, &Value)> {
     match arg {
         Value::Pair(p) if p.tags.is_empty() => Some((&p.car, &p.cdr)),
         _ => None,

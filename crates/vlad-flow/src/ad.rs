@@ -5,7 +5,8 @@
 //! exactly the code the evaluator would run.
 
 use crate::analysis::{Analysis, FlowError};
-use crate::domain::{Av, CodeId};
+use crate::domain::{Av, Callee, CodeId};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
 use vlad_eval::value::Value;
@@ -100,8 +101,9 @@ impl Analysis<'_> {
         }
     }
 
-    /// The code of `c` transformed by `tag` (the evaluator's `transform_group`).
-    fn transform_code(&mut self, c: CodeId, tag: Tag) -> R<CodeId> {
+    /// The code of `c` transformed by `tag` (the evaluator's `transform_group`); `None` when
+    /// the tags would nest too deep (an error at run time: no value).
+    fn transform_code(&mut self, c: CodeId, tag: Tag) -> R<Option<CodeId>> {
         let code = self.codes[c.0 as usize].clone();
         let mut lambdas = Vec::with_capacity(code.lambdas.len());
         for l in code.lambdas.iter() {
@@ -112,17 +114,18 @@ impl Analysis<'_> {
             };
             match t {
                 Ok(t) => lambdas.push(t),
-                Err(e) => return self.fail(e.to_string()),
+                // Only one error: nesting too deep.
+                Err(vlad_core::transform::TransformError::TooDeep) => return Ok(None),
             }
         }
         let mut names = Vec::with_capacity(code.names.len());
         for v in code.names.iter() {
             match v.tags.push(tag) {
                 Some(tags) => names.push(vlad_core::Var { id: v.id, tags }),
-                None => return self.fail("AD nesting too deep".into()),
+                None => return Ok(None),
             }
         }
-        Ok(self.code(names.into(), lambdas.into(), code.index))
+        Ok(Some(self.code(names.into(), lambdas.into(), code.index)))
     }
 
     /// The code `c`'s is the `tag` transform of, if any.
@@ -141,6 +144,55 @@ impl Analysis<'_> {
             })
             .collect();
         Some(self.code(names.into(), lambdas.into(), code.index))
+    }
+
+    /// A boxed value whose procedures are `f` of the procedures of `v` (each callee maps to
+    /// the callees it can become; an empty list when the operation fails on it at run time).
+    fn map_dyn(&mut self, v: &Av, mut f: impl FnMut(&mut Self, Callee) -> R<Vec<Callee>>) -> R<Av> {
+        let mut from = BTreeSet::new();
+        v.callees(&mut from);
+        let mut to = BTreeSet::new();
+        for c in from {
+            to.extend(f(self, c)?);
+        }
+        Ok(Av::dyn_of(to))
+    }
+
+    /// The callees a procedure becomes when tagged by `tag` (closures: transformed code;
+    /// primitives under `*j`: their reverse versions).
+    fn tag_callee(&mut self, c: Callee, tag: Tag) -> R<Vec<Callee>> {
+        Ok(match c {
+            Callee::Code(c) => self
+                .transform_code(c, tag)?
+                .map(Callee::Code)
+                .into_iter()
+                .collect(),
+            Callee::Prim(q) if tag == Tag::Reverse => self.prim_callee(q, Tag::Reverse)?,
+            Callee::Prim(q) => vec![Callee::Prim(q)],
+        })
+    }
+
+    fn prim_callee(&mut self, q: Prim, tag: Tag) -> R<Vec<Callee>> {
+        Ok(match self.prim_closure(q, tag)? {
+            Some(Av::Closure(c, _)) => vec![Callee::Code(c)],
+            _ => vec![],
+        })
+    }
+
+    /// The callees a procedure becomes when its outermost `tag` is removed.
+    fn untag_callee(&mut self, c: Callee, tag: Tag) -> Vec<Callee> {
+        match c {
+            Callee::Code(c) => match self.prim_version(c, tag) {
+                Some(q) => vec![Callee::Prim(q)],
+                None if self.code_tags(c).top() == Some(tag) => self
+                    .untransform_code(c, tag)
+                    .map(Callee::Code)
+                    .into_iter()
+                    .collect(),
+                None => vec![],
+            },
+            Callee::Prim(q) => vec![Callee::Prim(q)],
+        }
     }
 
     fn map_env(&mut self, env: &[Av], mut f: impl FnMut(&mut Self, &Av) -> R<Av>) -> R<Rc<[Av]>> {
@@ -183,14 +235,15 @@ impl Analysis<'_> {
                 let m = self.force_zero(of)?;
                 self.zero(&m)?
             }
-            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            Av::Dyn(_) => v.clone(),
         })
     }
 
     /// `perturb`, `sensitize`, `*j`: push a tag.
     pub(crate) fn tag(&mut self, v: &Av, tag: Tag) -> R<Av> {
         if self.tags_of(v).depth() >= vlad_core::tags::MAX_TAG_DEPTH {
-            return self.fail(vlad_core::transform::TransformError::TooDeep.to_string());
+            // The evaluator reports this nesting as an error: no value.
+            return Ok(Av::Bottom);
         }
         Ok(match v {
             Av::Bottom => Av::Bottom,
@@ -200,7 +253,9 @@ impl Analysis<'_> {
             }
             Av::Array(t, e) => Av::array(t.push(tag).expect("depth checked"), self.tag(e, tag)?),
             Av::Closure(c, env) => {
-                let c2 = self.transform_code(*c, tag)?;
+                let Some(c2) = self.transform_code(*c, tag)? else {
+                    return Ok(Av::Bottom);
+                };
                 Av::Closure(c2, self.map_env(env, |s, x| s.tag(x, tag))?)
             }
             Av::Prim(q) if tag == Tag::Reverse => match self.prim_closure(*q, Tag::Reverse)? {
@@ -211,7 +266,7 @@ impl Analysis<'_> {
                 let m = self.force_zero(of)?;
                 self.tag(&m, tag)?
             }
-            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            Av::Dyn(_) => self.map_dyn(v, |s, c| s.tag_callee(c, tag))?,
             _ => Av::tagged(tag, v.clone()),
         })
     }
@@ -235,7 +290,7 @@ impl Analysis<'_> {
                     None => Av::Bottom,
                 }
             }
-            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            Av::Dyn(_) => self.map_dyn(&v, |s, c| Ok(s.untag_callee(c, tag)))?,
             _ => Av::Bottom,
         })
     }
@@ -244,7 +299,15 @@ impl Analysis<'_> {
         let p = self.force(p)?;
         let t = self.force(t)?;
         if matches!(p, Av::Dyn(_)) || matches!(t, Av::Dyn(_)) {
-            return self.unsupported("AD on boxed values");
+            // The bundle's procedures are the forward versions of the primal's.
+            return self.map_dyn(&p, |s, c| match c {
+                Callee::Code(c) => Ok(s
+                    .transform_code(c, Tag::Forward)?
+                    .map(Callee::Code)
+                    .into_iter()
+                    .collect()),
+                Callee::Prim(q) => s.prim_callee(q, Tag::Forward),
+            });
         }
         let inner = match &t {
             Av::Tagged(Tag::Perturbation, x) => Some((**x).clone()),
@@ -269,7 +332,7 @@ impl Analysis<'_> {
                     let d = self.bundle(pd, td)?;
                     match pt.push(Tag::Forward) {
                         Some(tags) => Av::tagged_pair(tags, a, d),
-                        None => return self.fail("AD nesting too deep".into()),
+                        None => Av::Bottom,
                     }
                 }
                 _ => Av::Bottom,
@@ -279,7 +342,7 @@ impl Analysis<'_> {
                     let e = self.bundle(pe, te)?;
                     match pt.push(Tag::Forward) {
                         Some(tags) => Av::array(tags, e),
-                        None => return self.fail("AD nesting too deep".into()),
+                        None => Av::Bottom,
                     }
                 }
                 _ => Av::Bottom,
@@ -288,10 +351,12 @@ impl Analysis<'_> {
                 Av::Closure(tc, tenv)
                     if self.codes[tc.0 as usize].index == self.codes[pc.0 as usize].index =>
                 {
-                    if self.transform_code(*pc, Tag::Perturbation)? != *tc {
+                    if self.transform_code(*pc, Tag::Perturbation)? != Some(*tc) {
                         return Ok(Av::Bottom);
                     }
-                    let fc = self.transform_code(*pc, Tag::Forward)?;
+                    let Some(fc) = self.transform_code(*pc, Tag::Forward)? else {
+                        return Ok(Av::Bottom);
+                    };
                     let mut env = Vec::with_capacity(penv.len());
                     for (x, y) in penv.iter().zip(tenv.iter()) {
                         env.push(self.bundle(x, y)?);
@@ -335,11 +400,29 @@ impl Analysis<'_> {
                     return Ok(Av::Bottom);
                 };
                 if tangent {
-                    c2 = self.transform_code(c2, Tag::Perturbation)?;
+                    let Some(t) = self.transform_code(c2, Tag::Perturbation)? else {
+                        return Ok(Av::Bottom);
+                    };
+                    c2 = t;
                 }
                 Av::Closure(c2, self.map_env(env, |s, x| s.split(x, tangent))?)
             }
-            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            Av::Dyn(_) => self.map_dyn(&v, |s, c| {
+                Ok(match c {
+                    Callee::Code(c) => match s.prim_version(c, Tag::Forward) {
+                        Some(q) => vec![Callee::Prim(q)],
+                        None => match s.untransform_code(c, Tag::Forward) {
+                            Some(c2) if tangent => {
+                                let t = s.transform_code(c2, Tag::Perturbation)?;
+                                t.map(Callee::Code).into_iter().collect()
+                            }
+                            Some(c2) => vec![Callee::Code(c2)],
+                            None => vec![],
+                        },
+                    },
+                    Callee::Prim(q) => vec![Callee::Prim(q)],
+                })
+            })?,
             _ => Av::Bottom,
         })
     }
@@ -362,7 +445,7 @@ impl Analysis<'_> {
         }
         Ok(match (a, b) {
             (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
-            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => return self.unsupported("AD on boxed values"),
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b),
             (Av::Real(Some(x)), Av::Real(Some(y))) => Av::known_real(x.get() + y.get()),
             (Av::Real(_), Av::Real(_)) => Av::real(),
             (Av::Nil, Av::Nil) => Av::Nil,
@@ -420,7 +503,8 @@ impl Analysis<'_> {
             Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
             Av::Array(t, e) => Av::array(*t, self.szero(e)?),
             Av::Zero(_) => unreachable!("forced"),
-            Av::Dyn(_) => return self.unsupported("AD on boxed values"),
+            // A sensitivity holds no procedures.
+            Av::Dyn(_) => Av::dyn_of(BTreeSet::new()),
         })
     }
 
@@ -463,6 +547,17 @@ impl Analysis<'_> {
 
     fn shallow_primal(&mut self, v: &Av) -> R<Av> {
         let v = self.force(v)?;
+        if let Av::Dyn(_) = v {
+            // The primal of a forward value or of a reverse one: either tag may be on top.
+            return self.map_dyn(&v, |s, c| {
+                let mut out = s.untag_callee(c, Tag::Forward);
+                out.extend(s.untag_callee(c, Tag::Reverse));
+                if let Callee::Prim(_) = c {
+                    out.push(c);
+                }
+                Ok(out)
+            });
+        }
         let Some(tag) = self.tags_of(&v).top() else {
             return Ok(Av::Bottom);
         };
@@ -487,7 +582,7 @@ impl Analysis<'_> {
         let pair = |s: &mut Self, a: &Av| -> R<Option<(Av, Av)>> {
             Ok(match s.force(a)? {
                 Av::Pair(t, x, y) if t.is_empty() => Some(((*x).clone(), (*y).clone())),
-                Av::Dyn(_) => return s.unsupported("AD on boxed values"),
+                d @ Av::Dyn(_) => Some((d.clone(), d)),
                 _ => None,
             })
         };
@@ -513,11 +608,59 @@ impl Analysis<'_> {
             Prim::SZero => self.szero(a)?,
             Prim::ShallowPrimal => self.shallow_primal(a)?,
             Prim::BuildLength | Prim::IfoldCount => a.clone(),
-            Prim::ListToArrayRev | Prim::ArrayToListRev | Prim::OneHotSens => {
-                return self.unsupported("reverse-mode arrays")
+            Prim::ListToArrayRev => self.list_to_array(a)?,
+            // A list of the array's length: boxed.
+            Prim::ArrayToListRev => match self.force(a)? {
+                Av::Array(..) | Av::Dyn(_) => a.boxed(),
+                _ => Av::Bottom,
+            },
+            Prim::OneHotSens => {
+                let parts = match self.force(a)? {
+                    Av::Pair(_, x, rest) => match &*rest {
+                        Av::Pair(_, _, sy) => Some(((*x).clone(), (**sy).clone())),
+                        _ => None,
+                    },
+                    d @ Av::Dyn(_) => Some((d.clone(), d)),
+                    _ => None,
+                };
+                match parts {
+                    Some((Av::Array(t, e), sy)) => {
+                        let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
+                        // Each element is a zero sensitivity or `sy`: boxed unless they agree.
+                        Av::array(tags, Av::Zero(e.clone()).join(&sy))
+                    }
+                    Some((d @ Av::Dyn(_), sy)) => d.join(&sy),
+                    _ => Av::Bottom,
+                }
             }
             _ => return Ok(None),
         }))
+    }
+}
+
+impl Analysis<'_> {
+    /// `%list->array-rev`: the list a `build` loop accumulated, as an array with its tags.
+    fn list_to_array(&mut self, l: &Av) -> R<Av> {
+        let tags = self.tags_of(l);
+        let mut elem = Av::Bottom;
+        let mut rest = self.force(l)?;
+        loop {
+            match rest {
+                Av::Pair(t, x, d) if t == tags => {
+                    elem = elem.join(&x);
+                    rest = self.force(&d)?;
+                }
+                Av::Dyn(_) if elem == Av::Bottom && !matches!(l, Av::Pair(..)) => {
+                    return Ok(rest.clone());
+                }
+                Av::Dyn(_) => {
+                    elem = elem.join(&rest);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        Ok(Av::array(tags, elem))
     }
 }
 

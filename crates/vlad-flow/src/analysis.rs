@@ -28,10 +28,12 @@ pub const MAX_VARIANTS: usize = 8;
 
 /// A code's different keys over all environments before they are all merged (the last resort
 /// that bounds the analysis whatever the program does).
-pub const MAX_CODE_VARIANTS: usize = 256;
+pub const MAX_CODE_VARIANTS: usize = 4096;
 
-/// A safety net: an analysis this large is reported, never run until memory runs out.
+/// Safety nets: an analysis this large is reported, never run until memory or patience runs
+/// out.
 pub const MAX_KEYS: usize = 200_000;
+pub const MAX_EVALS: u64 = 1_000_000;
 
 /// Member `index` of a `letrec` group (a plain lambda: a group of one, with no names).
 #[derive(Clone, Debug)]
@@ -68,6 +70,9 @@ type R<T> = Result<T, FlowError>;
 /// The identity of a code: its group's names and lambdas, and which member it is.
 type CodeKey = (Rc<[Var]>, Rc<[ExprId]>, u32);
 
+/// The targets recorded at each call site (key, node) while specialising.
+pub(crate) type SiteTargets = HashMap<(usize, ExprId), Vec<Target>>;
+
 /// A closure and the shape of an argument (`Av::shape`): the unit of loop-counter widening.
 type ShapeKey = (CodeId, Rc<[Av]>, Av);
 
@@ -79,11 +84,49 @@ pub struct Analysis<'a> {
     pub keys: Vec<Key>,
     key_ids: HashMap<Key, usize>,
     pub results: Vec<Av>,
-    per_code: HashMap<CodeId, Vec<usize>>,
-    per_shape: HashMap<ShapeKey, Vec<usize>>,
-    changed: bool,
+    per_code: HashMap<CodeId, Bucket>,
+    per_shape: HashMap<ShapeKey, Bucket>,
+    /// Keys to (re-)evaluate, and whether each is queued.
+    work: Vec<usize>,
+    queued: Vec<bool>,
+    /// For each key, the keys whose evaluation read its result.
+    readers: Vec<std::collections::BTreeSet<usize>>,
+    /// The key being evaluated.
+    reading: Option<usize>,
+    /// Key evaluations so far.
+    evals: u64,
     /// The innermost source position being analysed, for error messages.
     site: Span,
+    /// While specialising: the key whose body is walked, and the targets of its call sites.
+    pub(crate) recording: Option<(usize, SiteTargets)>,
+}
+
+/// Keys of one code (or one closure and argument shape), and the key that covers them all once
+/// there are too many: new calls join into it.
+#[derive(Default)]
+struct Bucket {
+    keys: Vec<usize>,
+    widened: Option<usize>,
+}
+
+/// What a call site calls, as resolved by the analysis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// The specialised function of this key.
+    Direct(usize),
+    Prim(Prim),
+    /// `if-procedure`: the calls of the two thunks.
+    IfProc(Box<Target>, Box<Target>),
+    /// `build`: the call of the element procedure.
+    Build(Box<Target>),
+    /// `ifold`: the call of the step procedure.
+    Ifold(Box<Target>),
+    /// A boxed procedure: one of these, chosen by its code at run time.
+    Dispatch(Vec<Target>),
+    /// Not a procedure: the call is a run-time error.
+    NotProcedure,
+    /// Never reached.
+    Unreachable,
 }
 
 impl<'a> Analysis<'a> {
@@ -97,8 +140,13 @@ impl<'a> Analysis<'a> {
             results: Vec::new(),
             per_code: HashMap::new(),
             per_shape: HashMap::new(),
-            changed: false,
+            work: Vec::new(),
+            queued: Vec::new(),
+            readers: Vec::new(),
+            reading: None,
+            evals: 0,
             site: Span::NONE,
+            recording: None,
         }
     }
 
@@ -121,33 +169,57 @@ impl<'a> Analysis<'a> {
         })
     }
 
+    /// Records the target of a call site of the key being specialised.
+    fn record(&mut self, site: ExprId, t: Target) {
+        if let Some((k, table)) = &mut self.recording {
+            table.entry((*k, site)).or_default().push(t);
+        }
+    }
+
     /// Analyses a closed expression (a top-level expression); returns its key, whose result is
     /// the expression's abstract value.
+    ///
+    /// A worklist: a key is (re-)evaluated when it is new or when the result of a key it read
+    /// has grown, so the work is proportional to the changes, not to passes over all keys.
     pub fn analyse(&mut self, e: ExprId) -> R<usize> {
         let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
         let lam = self.ev.arena.mk(Expr::Lambda(unit, e, Span::NONE));
         let code = self.code(Rc::from([]), Rc::from([lam]), 0);
-        self.call(code, Rc::from([]), Av::Nil)?;
-        let entry = self.key_ids[&Key {
-            code,
-            env: Rc::from([]),
-            arg: Av::Nil,
-        }];
-        loop {
-            self.changed = false;
-            let mut k = 0;
-            while k < self.keys.len() {
-                let r = self.eval_key(k)?;
-                let new = self.results[k].join(&r).limit_depth(MAX_DEPTH);
-                if new != self.results[k] {
-                    self.results[k] = new;
-                    self.changed = true;
+        let (_, entry) = self.call(code, Rc::from([]), Av::Nil)?;
+        self.solve()?;
+        Ok(entry)
+    }
+
+    /// Runs the worklist until no key needs evaluating.
+    pub(crate) fn solve(&mut self) -> R<()> {
+        while let Some(k) = self.work.pop() {
+            self.evals += 1;
+            if self.evals > MAX_EVALS {
+                return self.fail(format!(
+                    "the flow analysis gave up after {MAX_EVALS} evaluations ({} specialisations)",
+                    self.keys.len()
+                ));
+            }
+            self.queued[k] = false;
+            let outer = self.reading.replace(k);
+            let r = self.eval_key(k);
+            self.reading = outer;
+            let new = self.results[k].join(&r?).limit_depth(MAX_DEPTH);
+            if new != self.results[k] {
+                self.results[k] = new;
+                let readers: Vec<usize> = self.readers[k].iter().copied().collect();
+                for j in readers {
+                    self.enqueue(j);
                 }
-                k += 1;
             }
-            if !self.changed {
-                return Ok(entry);
-            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn enqueue(&mut self, k: usize) {
+        if !self.queued[k] {
+            self.queued[k] = true;
+            self.work.push(k);
         }
     }
 
@@ -182,42 +254,69 @@ impl<'a> Analysis<'a> {
             .copied()
     }
 
-    /// The current result of calling `code` in `env` on `arg` (bottom until analysed).
-    fn call(&mut self, code: CodeId, env: Rc<[Av]>, arg: Av) -> R<Av> {
+    /// The current result of key `k`, noting that the key being evaluated depends on it.
+    fn read(&mut self, k: usize) -> (Av, usize) {
+        if let Some(r) = self.reading {
+            self.readers[k].insert(r);
+        }
+        (self.results[k].clone(), k)
+    }
+
+    /// The current result of calling `code` in `env` on `arg` (bottom until analysed), and the
+    /// key that stands for the call.
+    fn call(&mut self, code: CodeId, env: Rc<[Av]>, arg: Av) -> R<(Av, usize)> {
         let mut key = Key {
             code,
             env: env.iter().map(|x| x.limit_depth(MAX_DEPTH)).collect(),
             arg: arg.limit_depth(MAX_DEPTH),
         };
         if let Some(k) = self.key_ids.get(&key) {
-            return Ok(self.results[*k].clone());
+            let k = *k;
+            return Ok(self.read(k));
         }
-        let shape = (code, key.env.clone(), key.arg.shape());
-        let same_shape = self.per_shape.get(&shape).map_or(0, |v| v.len());
-        if same_shape >= MAX_VARIANTS {
-            // Widen: one key covering every argument of this shape (constants forgotten).
-            for k in &self.per_shape[&shape] {
-                key.arg = key.arg.join(&self.keys[*k].arg);
-            }
-            if let Some(k) = self.key_ids.get(&key) {
-                return Ok(self.results[*k].clone());
-            }
-        }
-        let variants = self.per_code.get(&code).map_or(0, |v| v.len());
-        if variants >= MAX_CODE_VARIANTS {
-            // Widen: one key covering every environment and argument of this code.
-            for k in &self.per_code[&code] {
-                let old = &self.keys[*k];
-                key.arg = key.arg.join(&old.arg);
-                key.env = key
-                    .env
-                    .iter()
-                    .zip(old.env.iter())
-                    .map(|(x, y)| x.join(y))
-                    .collect();
-            }
-            if let Some(k) = self.key_ids.get(&key) {
-                return Ok(self.results[*k].clone());
+        // The last resort first: a code with too many keys has one growing key for all.
+        let code_bucket = self.per_code.entry(code).or_default();
+        let code_widening =
+            code_bucket.widened.is_some() || code_bucket.keys.len() >= MAX_CODE_VARIANTS;
+        let bucket_key = if code_widening {
+            None
+        } else {
+            Some((code, key.env.clone(), key.arg.shape()))
+        };
+        let bucket = match &bucket_key {
+            Some(b) => self.per_shape.get(b),
+            None => self.per_code.get(&code),
+        };
+        if let Some(bucket) = bucket {
+            let limit = if code_widening {
+                MAX_CODE_VARIANTS
+            } else {
+                MAX_VARIANTS
+            };
+            let widen_from: Vec<usize> = match bucket.widened {
+                Some(w) => vec![w],
+                None if bucket.keys.len() >= limit => bucket.keys.clone(),
+                None => vec![],
+            };
+            if !widen_from.is_empty() {
+                // Widen: one key covering every argument (and, for a whole code, every
+                // environment) met so far; it only grows, so the table stays finite.
+                for k in widen_from {
+                    let old = &self.keys[k];
+                    key.arg = key.arg.join(&old.arg);
+                    if code_widening {
+                        key.env = key
+                            .env
+                            .iter()
+                            .zip(old.env.iter())
+                            .map(|(x, y)| x.join(y))
+                            .collect();
+                    }
+                }
+                if let Some(k) = self.key_ids.get(&key) {
+                    let k = *k;
+                    return Ok(self.read(k));
+                }
             }
         }
         if self.keys.len() >= MAX_KEYS {
@@ -232,14 +331,25 @@ impl<'a> Analysis<'a> {
         self.keys.push(key.clone());
         self.key_ids.insert(key, k);
         self.results.push(Av::Bottom);
-        self.per_code.entry(code).or_default().push(k);
-        let shape = (code, self.keys[k].env.clone(), self.keys[k].arg.shape());
-        self.per_shape.entry(shape).or_default().push(k);
-        self.changed = true;
-        Ok(Av::Bottom)
+        let code_bucket = self.per_code.entry(code).or_default();
+        code_bucket.keys.push(k);
+        if code_widening {
+            code_bucket.widened = Some(k);
+        }
+        if let Some(b) = bucket_key {
+            let bucket = self.per_shape.entry(b).or_default();
+            bucket.keys.push(k);
+            if bucket.keys.len() > MAX_VARIANTS {
+                bucket.widened = Some(k);
+            }
+        }
+        self.queued.push(false);
+        self.readers.push(Default::default());
+        self.enqueue(k);
+        Ok(self.read(k))
     }
 
-    fn eval_key(&mut self, k: usize) -> R<Av> {
+    pub(crate) fn eval_key(&mut self, k: usize) -> R<Av> {
         let key = self.keys[k].clone();
         let code = self.codes[key.code.0 as usize].clone();
         let Expr::Lambda(p, body, span) = self.ev.arena.get(code.lambda()).clone() else {
@@ -284,8 +394,7 @@ impl<'a> Analysis<'a> {
                 Av::Pair(t, x, y) if t == *tags => {
                     Ok(self.bind(a, &x, env)? && self.bind(b, &y, env)?)
                 }
-                Av::Dyn(_) if tags.is_empty() => Ok(self.bind(a, v, env)? && self.bind(b, v, env)?),
-                Av::Dyn(_) => self.unsupported("AD on boxed values"),
+                d @ Av::Dyn(_) => Ok(self.bind(a, &d, env)? && self.bind(b, &d, env)?),
                 _ => Ok(false),
             },
         }
@@ -305,7 +414,9 @@ impl<'a> Analysis<'a> {
                 let fv = self.eval(f, env)?;
                 let av = self.eval(a, env)?;
                 self.site = span;
-                self.apply(&fv, &av)?
+                let (r, t) = self.apply_t(&fv, &av)?;
+                self.record(e, t);
+                r
             }
             Expr::Cons(tags, a, b) => {
                 let x = self.eval(a, env)?;
@@ -360,34 +471,141 @@ impl<'a> Analysis<'a> {
 
     /// Applies an abstract procedure to an abstract argument.
     pub fn apply(&mut self, f: &Av, a: &Av) -> R<Av> {
+        Ok(self.apply_t(f, a)?.0)
+    }
+
+    /// `apply`, and the call target it resolved (for specialisation).
+    fn apply_t(&mut self, f: &Av, a: &Av) -> R<(Av, Target)> {
         if *a == Av::Bottom {
-            return Ok(Av::Bottom);
+            return Ok((Av::Bottom, Target::Unreachable));
         }
         let f = self.force(f)?;
-        match &f {
-            Av::Prim(p) => self.prim(*p, a),
-            Av::Closure(c, env) => self.call(*c, env.clone(), a.clone()),
+        Ok(match &f {
+            Av::Prim(p) => self.prim_t(*p, a)?,
+            Av::Closure(c, env) => {
+                let (r, k) = self.call(*c, env.clone(), a.clone())?;
+                (r, Target::Direct(k))
+            }
             Av::Dyn(set) => {
                 let mut r = Av::Bottom;
+                let mut targets = Vec::new();
                 for callee in set.iter() {
-                    let x = match callee {
-                        Callee::Prim(p) => self.prim(*p, a)?,
+                    let (x, t) = match callee {
+                        Callee::Prim(p) => self.prim_t(*p, a)?,
                         Callee::Code(c) => {
+                            // A boxed closure's environment is boxed too.
                             let n = self.codes[c.0 as usize].free.len();
                             let env: Rc<[Av]> = (0..n).map(|_| f.clone()).collect();
-                            if !self.code_tags(*c).is_empty() {
-                                return self.unsupported("AD on boxed values");
-                            }
-                            self.call(*c, env, a.clone())?
+                            let (x, k) = self.call(*c, env, a.clone())?;
+                            (x, Target::Direct(k))
                         }
                     };
                     r = r.join(&x);
+                    targets.push(t);
                 }
-                Ok(r)
+                (r, Target::Dispatch(targets))
             }
+            Av::Bottom => (Av::Bottom, Target::Unreachable),
             // Applying a non-procedure is a run-time error: no value.
-            _ => Ok(Av::Bottom),
+            _ => (Av::Bottom, Target::NotProcedure),
+        })
+    }
+
+    /// A primitive applied: its result, and its target (the higher-order primitives have the
+    /// targets of the procedures they call).
+    fn prim_t(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
+        match p {
+            Prim::IfProcedure | Prim::Build | Prim::Ifold => {
+                let a = self.force_shallow(a)?;
+                self.higher_order(p, &a)
+            }
+            _ => Ok((self.prim(p, a)?, Target::Prim(p))),
         }
+    }
+
+    /// `if-procedure`, `build` and `ifold` (untransformed): the procedures they call are
+    /// resolved like any call.
+    fn higher_order(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
+        let two = |a: &Av| -> Option<(Av, Av)> {
+            match a {
+                Av::Pair(t, x, y) if t.is_empty() => Some(((**x).clone(), (**y).clone())),
+                Av::Dyn(_) => Some((a.clone(), a.clone())),
+                _ => None,
+            }
+        };
+        let is_real = |a: &Av| matches!(a, Av::Real(_) | Av::Dyn(_));
+        // A malformed call: an error at run time, which the executor raises in the same place.
+        let none = (
+            Av::Bottom,
+            match p {
+                Prim::IfProcedure => {
+                    Target::IfProc(Box::new(Target::Unreachable), Box::new(Target::Unreachable))
+                }
+                Prim::Build => Target::Build(Box::new(Target::Unreachable)),
+                _ => Target::Ifold(Box::new(Target::Unreachable)),
+            },
+        );
+        Ok(match p {
+            Prim::IfProcedure => {
+                let Some((c, rest)) = two(a) else {
+                    return Ok(none);
+                };
+                let Some((t, e)) = two(&rest) else {
+                    return Ok(none);
+                };
+                if c == Av::Bottom {
+                    return Ok(none);
+                }
+                let (x, tt) = match truth(&c) {
+                    Some(false) => (Av::Bottom, Target::Unreachable),
+                    _ => self.apply_t(&t, &Av::Nil)?,
+                };
+                let (y, te) = match truth(&c) {
+                    Some(true) => (Av::Bottom, Target::Unreachable),
+                    _ => self.apply_t(&e, &Av::Nil)?,
+                };
+                (x.join(&y), Target::IfProc(Box::new(tt), Box::new(te)))
+            }
+            Prim::Build => {
+                let Some((n, f)) = two(a) else {
+                    return Ok(none);
+                };
+                if !is_real(&n) {
+                    return Ok(none);
+                }
+                let (elem, t) = if n == Av::known_real(0.0) {
+                    (Av::Bottom, Target::Unreachable)
+                } else {
+                    self.apply_t(&f, &Av::real())?
+                };
+                (Av::array(Tags::EMPTY, elem), Target::Build(Box::new(t)))
+            }
+            _ => {
+                let Some((f, rest)) = two(a) else {
+                    return Ok(none);
+                };
+                let Some((init, n)) = two(&rest) else {
+                    return Ok(none);
+                };
+                if !is_real(&n) {
+                    return Ok(none);
+                }
+                if n == Av::known_real(0.0) {
+                    return Ok((init, Target::Ifold(Box::new(Target::Unreachable))));
+                }
+                // The accumulator: a fixpoint over the iterations (finite: widened joins). The
+                // call of the last round covers every iteration.
+                let mut acc = init;
+                loop {
+                    let (r, t) = self.apply_t(&f, &Av::pair(acc.clone(), Av::real()))?;
+                    let next = acc.join(&r).limit_depth(MAX_DEPTH);
+                    if next == acc {
+                        break (acc, Target::Ifold(Box::new(t)));
+                    }
+                    acc = next;
+                }
+            }
+        })
     }
 
     /// A primitive on an abstract argument. Known reals are folded with the evaluator's own
@@ -462,23 +680,7 @@ impl<'a> Analysis<'a> {
                     }))
                 }
             },
-            Prim::IfProcedure => {
-                let Some((c, rest)) = two(a) else {
-                    return Ok(Av::Bottom);
-                };
-                let Some((t, e)) = two(&rest) else {
-                    return Ok(Av::Bottom);
-                };
-                match truth(&c) {
-                    Some(false) => self.apply(&e, &Av::Nil)?,
-                    Some(true) => self.apply(&t, &Av::Nil)?,
-                    None => {
-                        let x = self.apply(&t, &Av::Nil)?;
-                        let y = self.apply(&e, &Av::Nil)?;
-                        x.join(&y)
-                    }
-                }
-            }
+            Prim::IfProcedure | Prim::Build | Prim::Ifold => self.higher_order(p, a)?.0,
             Prim::ReadReal => match a {
                 Av::Nil | Av::Dyn(_) => Av::real(),
                 _ => Av::Bottom,
@@ -493,44 +695,6 @@ impl<'a> Analysis<'a> {
                 None => Av::Bottom,
             },
             Prim::Write => a.clone(),
-            Prim::Build => {
-                let Some((n, f)) = two(a) else {
-                    return Ok(Av::Bottom);
-                };
-                if real(&n).is_none() {
-                    return Ok(Av::Bottom);
-                }
-                let elem = if n == Av::known_real(0.0) {
-                    Av::Bottom
-                } else {
-                    self.apply(&f, &Av::real())?
-                };
-                Av::array(Tags::EMPTY, elem)
-            }
-            Prim::Ifold => {
-                let Some((f, rest)) = two(a) else {
-                    return Ok(Av::Bottom);
-                };
-                let Some((init, n)) = two(&rest) else {
-                    return Ok(Av::Bottom);
-                };
-                if real(&n).is_none() {
-                    return Ok(Av::Bottom);
-                }
-                if n == Av::known_real(0.0) {
-                    return Ok(init);
-                }
-                // The accumulator: a fixpoint over the iterations (finite: widened joins).
-                let mut acc = init;
-                loop {
-                    let r = self.apply(&f, &Av::pair(acc.clone(), Av::real()))?;
-                    let next = acc.join(&r).limit_depth(MAX_DEPTH);
-                    if next == acc {
-                        break acc;
-                    }
-                    acc = next;
-                }
-            }
             Prim::Get => {
                 let Some((arr, i)) = two(a) else {
                     return Ok(Av::Bottom);

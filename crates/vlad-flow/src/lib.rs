@@ -11,7 +11,11 @@
 mod ad;
 pub mod analysis;
 pub mod domain;
+pub mod exec;
 pub mod show;
+pub mod specialise;
 
-pub use analysis::{Analysis, FlowError, Key};
+pub use analysis::{Analysis, FlowError, Key, Target};
 pub use domain::{Av, Callee, CodeId};
+pub use exec::Executor;
+pub use specialise::Program;
