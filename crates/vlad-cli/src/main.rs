@@ -11,7 +11,7 @@ use vlad_eval::Evaluator;
 use vlad_syntax::program::{build, load, TopExpr};
 use vlad_syntax::{Diagnostic, SourceMap};
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 #[command(
     name = "vlad",
     version,
@@ -22,7 +22,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum Command {
     /// Run a program: evaluate each top-level expression and print its value.
     Run {
@@ -75,37 +75,46 @@ const STACK_BYTES: usize = 1 << 33;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let worker = std::thread::Builder::new()
-        .stack_size(STACK_BYTES)
-        .spawn(move || match cli.command {
-            Command::Run {
-                file,
-                include,
-                interp,
-                engine,
-                max_steps,
-            } => {
-                let engine = if interp { Engine::Eval } else { engine };
-                run(&file, &include, max_steps, engine)
-            }
-            Command::Check {
-                file,
-                include,
-                max_steps,
-                engine,
-            } => check::check(&file, &include, max_steps, engine),
-            Command::Compile {
-                file,
-                include,
-                emit,
-            } => compile::compile(&file, &include, emit),
-        });
+    // A system that will not reserve the large stack still gets a thread with a smaller one.
+    let worker = [STACK_BYTES, 1 << 30].into_iter().find_map(|bytes| {
+        let cli = cli.clone();
+        std::thread::Builder::new()
+            .stack_size(bytes)
+            .spawn(move || dispatch(cli))
+            .ok()
+    });
     match worker.map(|h| h.join()) {
-        Ok(Ok(code)) => ExitCode::from(code),
+        Some(Ok(code)) => ExitCode::from(code),
         _ => {
             eprintln!("vlad: internal error");
             ExitCode::from(70)
         }
+    }
+}
+
+fn dispatch(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Run {
+            file,
+            include,
+            interp,
+            engine,
+            max_steps,
+        } => {
+            let engine = if interp { Engine::Eval } else { engine };
+            run(&file, &include, max_steps, engine)
+        }
+        Command::Check {
+            file,
+            include,
+            max_steps,
+            engine,
+        } => check::check(&file, &include, max_steps, engine),
+        Command::Compile {
+            file,
+            include,
+            emit,
+        } => compile::compile(&file, &include, emit),
     }
 }
 
