@@ -521,12 +521,7 @@ impl Evaluator {
 
     /// A closure of no free variables over the lambda `lam`.
     fn prelude_closure(&mut self, lam: ExprId) -> Result<Value, EvalError> {
-        let g = self.group(&[], &[lam])?;
-        Ok(Value::Closure(Rc::new(Closure {
-            group: self.code.groups[g as usize].clone(),
-            index: 0,
-            env: Rc::new(Env(vec![])),
-        })))
+        self.make_closure(&[], &[lam], 0, vec![])
     }
 
     /// Expands prelude definitions: each `(define prim (lambda ...))` gives the `tag` version of
@@ -651,7 +646,7 @@ impl Evaluator {
         a.elems.iter().map(|x| f(self, x)).collect()
     }
 
-    fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
+    pub(crate) fn closure(group: Rc<Group>, index: u32, env: Vec<Value>) -> Value {
         Value::Closure(Rc::new(Closure {
             group,
             index,

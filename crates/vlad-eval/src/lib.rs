@@ -139,11 +139,11 @@ impl Evaluator {
         env: Vec<Value>,
     ) -> Result<Value, EvalError> {
         let g = self.group(names, lambdas)?;
-        Ok(Value::Closure(Rc::new(value::Closure {
-            group: self.code.groups[g as usize].clone(),
+        Ok(Self::closure(
+            self.code.groups[g as usize].clone(),
             index,
-            env: Rc::new(value::Env(env)),
-        })))
+            env,
+        ))
     }
 
     /// One level of a lazy zero sensitivity or lazy array sensitivity computed (what pattern

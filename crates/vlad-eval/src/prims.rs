@@ -176,7 +176,7 @@ impl Evaluator {
 fn shallow_zero(v: &Value) -> bool {
     let is_zero = |v: &Value| matches!(v, Value::Zero(_) | Value::SensArray(_));
     match v {
-        Value::Zero(_) | Value::SensArray(_) => true,
+        _ if is_zero(v) => true,
         Value::Pair(p) => {
             is_zero(&p.car)
                 || is_zero(&p.cdr)

@@ -4,7 +4,7 @@
 //! are lifted to the closures of the evaluator's prelude, so an abstract closure always names
 //! exactly the code the evaluator would run.
 
-use crate::analysis::{Analysis, FlowError};
+use crate::analysis::{two, Analysis, FlowError};
 use crate::domain::{Av, Callee, CodeId};
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -579,13 +579,7 @@ impl Analysis<'_> {
 
     /// The AD operators and the internal primitives of the prelude; `None` for the others.
     pub(crate) fn ad_prim(&mut self, p: Prim, a: &Av) -> R<Option<Av>> {
-        let pair = |s: &mut Self, a: &Av| -> R<Option<(Av, Av)>> {
-            Ok(match s.force(a)? {
-                Av::Pair(t, x, y) if t.is_empty() => Some(((*x).clone(), (*y).clone())),
-                d @ Av::Dyn(_) => Some((d.clone(), d)),
-                _ => None,
-            })
-        };
+        let pair = |s: &mut Self, a: &Av| -> R<Option<(Av, Av)>> { Ok(two(&s.force(a)?)) };
         Ok(Some(match p {
             Prim::Zero => self.zero(a)?,
             Prim::Perturb => self.tag(a, Tag::Perturbation)?,

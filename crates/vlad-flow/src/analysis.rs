@@ -2,18 +2,19 @@
 //!
 //! The analysis is a table from *keys* (a code, an abstract environment and an abstract
 //! argument: one specialised function each) to abstract results. Evaluating a body consults the
-//! table for every call it makes, adding keys it has not seen; passes over all keys repeat until
-//! no result changes. Results only grow (by `Av::join`), and the lattice is finite: values are
-//! depth-bounded (`MAX_DEPTH`), and a code called with more than `MAX_VARIANTS` different
-//! abstract arguments gets one merged key from then on (a loop counter that is a different
-//! constant at each iteration widens to "some real", constants that never change stay known).
-//! So the analysis always terminates, without `(real ...)` annotations.
+//! table for every call it makes, adding keys it has not seen; a worklist re-evaluates a key
+//! when a result it read has grown, until nothing changes. Results only grow (by `Av::join`),
+//! and the lattice is finite: values are depth-bounded (`MAX_DEPTH`), a closure called with more
+//! than `MAX_VARIANTS` arguments of one shape gets one growing key from then on (a loop counter
+//! that is a different constant at each iteration widens to "some real", constants that never
+//! change stay known), and a code with more than `MAX_CODE_VARIANTS` keys gets one for all. So
+//! the analysis always terminates, without `(real ...)` annotations; `MAX_KEYS` and `MAX_EVALS`
+//! bound its cost (an error with the position, never a hang).
 //!
 //! AD operators on abstract values apply the evaluator's own Core -> Core transforms to the
 //! codes of abstract closures (`ad.rs`), and primitives in transformed code are lifted to the
-//! evaluator's prelude lambdas, so compile time and run time transform code identically.
-//! Not yet handled (reported as `FlowError`, with the position): AD operators on boxed (`Dyn`)
-//! values, and the list/array conversions of reverse-mode `build`. See docs/flow.md.
+//! evaluator's prelude lambdas, so compile time and run time transform code identically. See
+//! docs/flow.md for what is still slow or imprecise.
 
 use crate::domain::{Av, Callee, CodeId, MAX_DEPTH};
 use std::collections::HashMap;
@@ -244,14 +245,6 @@ impl<'a> Analysis<'a> {
         });
         self.code_ids.insert((names, lambdas, index), id);
         id
-    }
-
-    /// The code a closure of member `index` of the group (`names`, `lambdas`) runs, if the
-    /// analysis has met it.
-    pub fn find_code(&self, names: &[Var], lambdas: &[ExprId], index: u32) -> Option<CodeId> {
-        self.code_ids
-            .get(&(Rc::from(names), Rc::from(lambdas), index))
-            .copied()
     }
 
     /// The current result of key `k`, noting that the key being evaluated depends on it.
@@ -526,13 +519,6 @@ impl<'a> Analysis<'a> {
     /// `if-procedure`, `build` and `ifold` (untransformed): the procedures they call are
     /// resolved like any call.
     fn higher_order(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
-        let two = |a: &Av| -> Option<(Av, Av)> {
-            match a {
-                Av::Pair(t, x, y) if t.is_empty() => Some(((**x).clone(), (**y).clone())),
-                Av::Dyn(_) => Some((a.clone(), a.clone())),
-                _ => None,
-            }
-        };
         let is_real = |a: &Av| matches!(a, Av::Real(_) | Av::Dyn(_));
         // A malformed call: an error at run time, which the executor raises in the same place.
         let none = (
@@ -615,13 +601,6 @@ impl<'a> Analysis<'a> {
             return Ok(r);
         }
         let a = &self.force_shallow(a)?;
-        let two = |a: &Av| -> Option<(Av, Av)> {
-            match a {
-                Av::Pair(t, x, y) if t.is_empty() => Some(((**x).clone(), (**y).clone())),
-                Av::Dyn(_) => Some((a.clone(), a.clone())),
-                _ => None,
-            }
-        };
         // The real in a (possibly boxed) operand: Some(Some(x)) known, Some(None) unknown, None
         // if it cannot be a real (a run-time error).
         let real = |a: &Av| -> Option<Option<f64>> {
@@ -712,8 +691,18 @@ impl<'a> Analysis<'a> {
                 Av::Array(..) | Av::Dyn(_) => Av::real(),
                 _ => Av::Bottom,
             },
-            _ => return self.unsupported(&format!("the AD operator `{}`", p.name())),
+            _ => return self.unsupported(&format!("the primitive `{}`", p.name())),
         })
+    }
+}
+
+/// The two parts of an untagged argument pair (a boxed value: two boxed parts); `None` if `a`
+/// cannot be one (a run-time error).
+pub(crate) fn two(a: &Av) -> Option<(Av, Av)> {
+    match a {
+        Av::Pair(t, x, y) if t.is_empty() => Some(((**x).clone(), (**y).clone())),
+        Av::Dyn(_) => Some((a.clone(), a.clone())),
+        _ => None,
     }
 }
 

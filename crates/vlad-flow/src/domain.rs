@@ -226,18 +226,4 @@ impl Av {
             _ => unreachable!("aggregates only"),
         }
     }
-
-    /// Is this value void (it has a single concrete member, so it needs no storage at run
-    /// time: paper 001 §6)?
-    pub fn is_void(&self) -> bool {
-        match self {
-            Av::Bottom | Av::Nil | Av::Prim(_) => true,
-            Av::Bool(b) => b.is_some(),
-            Av::Real(r) => r.is_some(),
-            Av::Pair(_, a, b) | Av::Bundle(a, b) => a.is_void() && b.is_void(),
-            Av::Tagged(_, a) | Av::Zero(a) => a.is_void(),
-            Av::Closure(_, env) => env.iter().all(Av::is_void),
-            Av::Array(..) | Av::Dyn(_) => false,
-        }
-    }
 }

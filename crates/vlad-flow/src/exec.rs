@@ -166,13 +166,7 @@ impl<'a> Executor<'a> {
 
     fn eval(&mut self, e: ExprId, frame: &mut Frame, k: usize, tail: bool) -> R<Out> {
         let v = match self.ev.arena.get(e).clone() {
-            Expr::Var(v) => frame
-                .locals
-                .iter()
-                .rev()
-                .find(|(x, _)| *x == v)
-                .map(|(_, x)| x.clone())
-                .ok_or_else(|| internal(Span::NONE, "unbound variable"))?,
+            Expr::Var(v) => lookup(frame, v)?,
             Expr::Const(d, tags) => {
                 let v = vlad_eval::datum_value(&d);
                 self.ev.constant(v, tags)?
@@ -206,13 +200,11 @@ impl<'a> Executor<'a> {
             Expr::Letrec(bs, body) => {
                 let names: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
                 let lambdas: Vec<ExprId> = bs.iter().map(|(_, l)| *l).collect();
-                let mut free: Vec<Var> = Vec::new();
-                for l in &lambdas {
-                    free.extend(self.ev.arena.free_vars(*l).iter().copied());
-                }
-                free.retain(|v| !names.contains(v));
-                free.sort();
-                free.dedup();
+                // The group's environment layout, as the analysis computed it.
+                let Some(code) = self.prog.code_of(&names, &lambdas, 0) else {
+                    return Err(internal(Span::NONE, "a letrec the analysis did not reach"));
+                };
+                let free = self.prog.codes[code.0 as usize].free.clone();
                 let env = free
                     .iter()
                     .map(|v| lookup(frame, *v))
