@@ -9,6 +9,8 @@ use vlad_syntax::Diagnostic;
 pub enum Emit {
     /// Every specialised function: its abstract argument and result.
     Flow,
+    /// The specialised program: each reachable function's Core with its calls resolved.
+    Ir,
 }
 
 pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
@@ -27,6 +29,9 @@ pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
             Ok(c) => *c,
             Err(d) => return report(d, &sources),
         };
+        if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
+            eprintln!("flow: analysing the expression at {}", place(te.span));
+        }
         match analysis.analyse(core) {
             Ok(k) => results.push((te.span, k)),
             Err(e) => {
@@ -50,6 +55,22 @@ pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
                 );
             }
             print!("{}", analysis.show(&place));
+        }
+        Emit::Ir => {
+            let entries: Vec<usize> = results.iter().map(|r| r.1).collect();
+            let program = match analysis.specialise(&entries) {
+                Ok(p) => p,
+                Err(e) => {
+                    return report(
+                        &Diagnostic::new(e.span, format!("cannot compile: {}", e.message)),
+                        &sources,
+                    )
+                }
+            };
+            for (span, k) in &results {
+                println!("; {} => f{k}", place(*span));
+            }
+            print!("{}", program.show(&analysis, &place));
         }
     }
     0

@@ -48,7 +48,7 @@ enum Command {
         #[arg(short = 'I', value_name = "DIR")]
         include: Vec<PathBuf>,
         /// What to print: `flow`, the abstract argument and result of every specialised
-        /// function the flow analysis found.
+        /// function the flow analysis found; `ir`, the specialised program.
         #[arg(long, value_enum, default_value = "flow")]
         emit: compile::Emit,
     },

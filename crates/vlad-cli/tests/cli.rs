@@ -552,3 +552,48 @@ fn reverse_mode_array_errors_are_reported_in_the_program() {
     let o = run_text("(define (f a) (get a 3))\n((*j f) (*j #(1 2)))\n", "");
     assert_error_at(&o, 1, 15, "out of range");
 }
+
+/// The repository root (where `tests/` and `lib/` are).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The small programs of `tests/fixtures/flow`, with what each reads from stdin.
+const FLOW_FIXTURES: &[(&str, &str)] = &[
+    ("factorial", "6\n"),
+    ("closures", "2\n"),
+    ("list-of-n", "50\n"),
+    ("loop", ""),
+    ("forward", ""),
+    ("reverse-loop", "7\n"),
+];
+
+/// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the
+/// issue's list: a list of n elements read from stdin, a 10^6-iteration loop, a reverse-mode
+/// derivative through a loop whose trip count is read), and its readable output is pinned by
+/// snapshots (`cargo insta review` after an intended change).
+#[test]
+fn flow_and_ir_snapshots() {
+    let root = repo_root();
+    for (name, _) in FLOW_FIXTURES {
+        let file = format!("tests/fixtures/flow/{name}.vlad");
+        for emit in ["flow", "ir"] {
+            let o = vlad(&["compile", &file, "--emit", emit], &root, "");
+            assert_eq!(o.code, Some(0), "{file} --emit {emit}: {}", o.describe());
+            insta::assert_snapshot!(format!("{name}-{emit}"), o.stdout);
+        }
+    }
+}
+
+/// The same programs run through the specialised program print what the evaluator prints.
+#[test]
+fn flow_fixtures_run_the_same_through_the_specialised_program() {
+    let root = repo_root();
+    for (name, input) in FLOW_FIXTURES {
+        let file = format!("tests/fixtures/flow/{name}.vlad");
+        let eval = vlad(&["run", &file], &root, input);
+        let ir = vlad(&["run", "--engine", "ir", &file], &root, input);
+        assert_eq!(eval.code, Some(0), "{file}: {}", eval.describe());
+        assert_eq!(eval.stdout, ir.stdout, "{file}: {}", ir.describe());
+    }
+}

@@ -228,8 +228,14 @@ impl Arena {
 
     /// A readable S-expression rendering of `id` (for IR dumps and debugging).
     pub fn show(&self, id: ExprId) -> String {
+        self.show_annotated(id, &|_| None)
+    }
+
+    /// `show`, with the text `note` gives for an application written after it as `@TEXT` (the
+    /// specialised program's call targets).
+    pub fn show_annotated(&self, id: ExprId, note: &dyn Fn(ExprId) -> Option<String>) -> String {
         let mut s = String::new();
-        self.show_into(id, &mut s);
+        self.show_into(id, note, &mut s);
         s
     }
 
@@ -265,7 +271,7 @@ impl Arena {
         }
     }
 
-    fn show_into(&self, id: ExprId, s: &mut String) {
+    fn show_into(&self, id: ExprId, note: &dyn Fn(ExprId) -> Option<String>, s: &mut String) {
         match self.get(id) {
             Expr::Var(v) => self.show_var(*v, s),
             Expr::Const(d, t) => {
@@ -280,23 +286,27 @@ impl Arena {
                 s.push_str("(lambda ");
                 self.show_pattern(p, s);
                 s.push(' ');
-                self.show_into(*b, s);
+                self.show_into(*b, note, s);
                 s.push(')');
             }
             Expr::App(f, a, _) => {
                 s.push('(');
-                self.show_into(*f, s);
+                self.show_into(*f, note, s);
                 s.push(' ');
-                self.show_into(*a, s);
+                self.show_into(*a, note, s);
                 s.push(')');
+                if let Some(n) = note(id) {
+                    s.push('@');
+                    s.push_str(&n);
+                }
             }
             Expr::Cons(t, a, b) => {
                 s.push('(');
                 Self::show_tags(*t, s);
                 s.push_str("cons ");
-                self.show_into(*a, s);
+                self.show_into(*a, note, s);
                 s.push(' ');
-                self.show_into(*b, s);
+                self.show_into(*b, note, s);
                 s.push(')');
             }
             Expr::Letrec(bs, body) => {
@@ -308,29 +318,29 @@ impl Arena {
                     s.push('(');
                     self.show_var(*v, s);
                     s.push(' ');
-                    self.show_into(*l, s);
+                    self.show_into(*l, note, s);
                     s.push(')');
                 }
                 s.push_str(") ");
-                self.show_into(*body, s);
+                self.show_into(*body, note, s);
                 s.push(')');
             }
             Expr::Let(p, x, b, _) => {
                 s.push_str("(let ((");
                 self.show_pattern(p, s);
                 s.push(' ');
-                self.show_into(*x, s);
+                self.show_into(*x, note, s);
                 s.push_str(")) ");
-                self.show_into(*b, s);
+                self.show_into(*b, note, s);
                 s.push(')');
             }
             Expr::If(c, a, b) => {
                 s.push_str("(if ");
-                self.show_into(*c, s);
+                self.show_into(*c, note, s);
                 s.push(' ');
-                self.show_into(*a, s);
+                self.show_into(*a, note, s);
                 s.push(' ');
-                self.show_into(*b, s);
+                self.show_into(*b, note, s);
                 s.push(')');
             }
         }

@@ -13,6 +13,40 @@ use vlad_eval::value::Value;
 
 type R<T> = Result<T, FlowError>;
 
+/// Boxed procedures an AD map of a boxed value gives, each closure's code with its environment
+/// (`None`: not known yet, or supplied by an enclosing map).
+type Mapped = Vec<(Callee, Option<Rc<[Av]>>)>;
+
+/// The map of a class of boxed procedures by an operation, as far as it has been computed
+/// (`map_dyn`): the members whose images are in the result, the result, and for each member the
+/// version of its summary whose environment was mapped.
+pub(crate) struct ClassMap {
+    imaged: BTreeSet<Callee>,
+    result: Av,
+    done: std::collections::HashMap<Callee, u64>,
+}
+
+impl Default for ClassMap {
+    fn default() -> ClassMap {
+        ClassMap {
+            imaged: BTreeSet::new(),
+            result: Av::Dyn(None),
+            done: Default::default(),
+        }
+    }
+}
+
+/// An AD map over the environments of boxed closures (to cut its recursion through recursive
+/// summaries: see `map_boxed_env`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum MapOp {
+    Tag(Tag),
+    Untag(Tag),
+    Split(bool),
+    Same,
+    Bundle,
+}
+
 impl Analysis<'_> {
     /// The AD tag stack of an abstract value (as `Value::tags`).
     pub fn tags_of(&self, v: &Av) -> Tags {
@@ -103,7 +137,23 @@ impl Analysis<'_> {
 
     /// The code of `c` transformed by `tag` (the evaluator's `transform_group`); `None` when
     /// the tags would nest too deep (an error at run time: no value).
+    ///
+    /// Memoised here, failures included: a transform that nests too deep fails only when it
+    /// reaches the deepest part of the code, after building most of it, and the Core
+    /// transforms memoise successes only.
     fn transform_code(&mut self, c: CodeId, tag: Tag) -> R<Option<CodeId>> {
+        if let Some(t) = self.transformed_codes.get(&(c, tag)) {
+            return Ok(*t);
+        }
+        let t = self.transform_code_now(c, tag)?;
+        self.transformed_codes.insert((c, tag), t);
+        Ok(t)
+    }
+
+    fn transform_code_now(&mut self, c: CodeId, tag: Tag) -> R<Option<CodeId>> {
+        if self.code_tags(c).depth() >= vlad_core::tags::MAX_TAG_DEPTH {
+            return Ok(None);
+        }
         let code = self.codes[c.0 as usize].clone();
         let mut lambdas = Vec::with_capacity(code.lambdas.len());
         for l in code.lambdas.iter() {
@@ -146,53 +196,171 @@ impl Analysis<'_> {
         Some(self.code(names.into(), lambdas.into(), code.index))
     }
 
-    /// A boxed value whose procedures are `f` of the procedures of `v` (each callee maps to
-    /// the callees it can become; an empty list when the operation fails on it at run time).
-    fn map_dyn(&mut self, v: &Av, mut f: impl FnMut(&mut Self, Callee) -> R<Vec<Callee>>) -> R<Av> {
-        let mut from = BTreeSet::new();
-        v.callees(&mut from);
-        let mut to = BTreeSet::new();
-        for c in from {
-            to.extend(f(self, c)?);
+    /// A boxed value whose procedures are `f` of the procedures of `v`: each callee maps to the
+    /// callees it can become (none when the operation fails on it at run time), a closure with
+    /// its environment computed from the summary of the boxed closures of its code.
+    ///
+    /// Incremental: the map of a class by an operation is kept (`ClassMap`), and a later map of
+    /// the class maps only its new members and those whose summary has grown since. Keys that
+    /// map a class are evaluated again whenever any summary they read grows, and boxed values
+    /// are shared all over the summaries: redoing whole maps took time exponential in their
+    /// nesting (particle-RR).
+    fn map_dyn(
+        &mut self,
+        v: &Av,
+        op: MapOp,
+        mut f: impl FnMut(&mut Self, Callee) -> R<Mapped>,
+    ) -> R<Av> {
+        let Av::Dyn(Some(class)) = v else {
+            return Ok(Av::Dyn(None));
+        };
+        let members = self.read_class(*class);
+        let key = (op, self.boxes.root(*class));
+        // The images of members not mapped before, without environments: the result's class
+        // is known before any environment is mapped, so a map that meets this class again
+        // inside a summary returns it.
+        let entry = self.class_maps.entry(key).or_default();
+        let new: Vec<Callee> = members
+            .iter()
+            .filter(|c| !entry.imaged.contains(c))
+            .copied()
+            .collect();
+        if !new.is_empty() {
+            let mut to = BTreeSet::new();
+            if let Av::Dyn(Some(r)) = entry.result {
+                to.insert(r);
+            }
+            let outer = std::mem::replace(&mut self.envs_off, true);
+            let images: R<()> = new.iter().try_for_each(|c| {
+                to.extend(f(self, *c)?.into_iter().map(|(d, _)| d));
+                Ok(())
+            });
+            self.envs_off = outer;
+            images?;
+            let result = self.boxes.box_of(to);
+            let entry = self.class_maps.get_mut(&key).expect("inserted above");
+            entry.imaged.extend(new);
+            entry.result = result;
         }
-        Ok(Av::dyn_of(to))
+        // The environments of members whose summaries are new or have grown.
+        for c in members {
+            let version = match c {
+                Callee::Code(code) => {
+                    // Read even when up to date: this key depends on the summary.
+                    let _ = self.boxed_env(code);
+                    self.summary_version(code)
+                }
+                Callee::Prim(_) => 0,
+            };
+            let entry = self.class_maps.get_mut(&key).expect("inserted above");
+            if entry.done.get(&c) == Some(&version) {
+                continue;
+            }
+            entry.done.insert(c, version);
+            for (d, env) in f(self, c)? {
+                // No environment: none known yet (the readers of the summary are evaluated
+                // again when it is), or being computed by an enclosing map.
+                if let (Callee::Code(code), Some(env)) = (d, env) {
+                    self.boxes.pending.push((code, env));
+                }
+            }
+        }
+        Ok(self.class_maps[&key].result.clone())
     }
 
-    /// The callees a procedure becomes when tagged by `tag` (closures: transformed code;
-    /// primitives under `*j`: their reverse versions).
-    fn tag_callee(&mut self, c: Callee, tag: Tag) -> R<Vec<Callee>> {
+    /// `f()`, memoised on (`op`, `a`, `b`) while no class or summary grows: boxed values are
+    /// shared all over the summaries, and mapping each occurrence again would take time
+    /// exponential in their nesting. (A key that used a map of a class that then grew is
+    /// evaluated again, as a reader of the class, with a fresh memo.)
+    fn memoised(&mut self, op: MapOp, a: Av, b: Av, f: impl FnOnce(&mut Self) -> R<Av>) -> R<Av> {
+        if self.memo_generation != self.generation {
+            self.map_memo.clear();
+            self.memo_generation = self.generation;
+        }
+        let key = (op, a, b);
+        if let Some(r) = self.map_memo.get(&key) {
+            return Ok(r.clone());
+        }
+        self.map_depth += 1;
+        let r = f(self);
+        self.map_depth -= 1;
+        let r = r?;
+        self.map_memo.insert(key, r.clone());
+        Ok(r)
+    }
+
+    /// The boxed environment of code `c` mapped slot by slot by the operation `op`.
+    ///
+    /// Summaries are recursive (a backpropagator's environment holds boxed backpropagators of
+    /// its own class), so a map of a class can meet the same class again inside an environment:
+    /// there it maps the callees only, and the enclosing map supplies the environment.
+    fn map_boxed_env(
+        &mut self,
+        c: CodeId,
+        op: MapOp,
+        mut f: impl FnMut(&mut Self, &Av) -> R<Av>,
+    ) -> R<Option<Rc<[Av]>>> {
+        if self.envs_off {
+            return Ok(None);
+        }
+        let Some(env) = self.boxed_env(c) else {
+            return Ok(None);
+        };
+        if !self.mapping.insert((op, c)) {
+            return Ok(None);
+        }
+        let r = self.map_env(&env, |s, x| f(s, x));
+        self.mapping.remove(&(op, c));
+        Ok(Some(r?))
+    }
+
+    /// `tag` of a boxed procedure.
+    fn tag_callee(&mut self, c: Callee, tag: Tag) -> R<Mapped> {
         Ok(match c {
-            Callee::Code(c) => self
-                .transform_code(c, tag)?
-                .map(Callee::Code)
-                .into_iter()
-                .collect(),
+            Callee::Code(c) => match self.transform_code(c, tag)? {
+                Some(c2) => {
+                    let env = self.map_boxed_env(c, MapOp::Tag(tag), |s, x| s.tag(x, tag))?;
+                    vec![(Callee::Code(c2), env)]
+                }
+                None => vec![],
+            },
             Callee::Prim(q) if tag == Tag::Reverse => self.prim_callee(q, Tag::Reverse)?,
-            Callee::Prim(q) => vec![Callee::Prim(q)],
+            Callee::Prim(q) => vec![(Callee::Prim(q), None)],
         })
     }
 
-    fn prim_callee(&mut self, q: Prim, tag: Tag) -> R<Vec<Callee>> {
+    /// The closure of a primitive's `tag` version, as a boxed callee (no environment).
+    fn prim_callee(&mut self, q: Prim, tag: Tag) -> R<Mapped> {
         Ok(match self.prim_closure(q, tag)? {
-            Some(Av::Closure(c, _)) => vec![Callee::Code(c)],
+            Some(Av::Closure(c, env)) => vec![(Callee::Code(c), Some(env))],
             _ => vec![],
         })
     }
 
-    /// The callees a procedure becomes when its outermost `tag` is removed.
-    fn untag_callee(&mut self, c: Callee, tag: Tag) -> Vec<Callee> {
-        match c {
+    /// The callees a procedure becomes when its outermost `tag` is removed, with `f` mapping
+    /// the environment of a closure.
+    fn untag_callee(
+        &mut self,
+        c: Callee,
+        tag: Tag,
+        op: MapOp,
+        f: impl FnMut(&mut Self, &Av) -> R<Av>,
+    ) -> R<Mapped> {
+        Ok(match c {
             Callee::Code(c) => match self.prim_version(c, tag) {
-                Some(q) => vec![Callee::Prim(q)],
-                None if self.code_tags(c).top() == Some(tag) => self
-                    .untransform_code(c, tag)
-                    .map(Callee::Code)
-                    .into_iter()
-                    .collect(),
+                Some(q) => vec![(Callee::Prim(q), None)],
+                None if self.code_tags(c).top() == Some(tag) => match self.untransform_code(c, tag)
+                {
+                    Some(c2) => {
+                        let env = self.map_boxed_env(c, op, f)?;
+                        vec![(Callee::Code(c2), env)]
+                    }
+                    None => vec![],
+                },
                 None => vec![],
             },
-            Callee::Prim(q) => vec![Callee::Prim(q)],
-        }
+            Callee::Prim(q) => vec![(Callee::Prim(q), None)],
+        })
     }
 
     fn map_env(&mut self, env: &[Av], mut f: impl FnMut(&mut Self, &Av) -> R<Av>) -> R<Rc<[Av]>> {
@@ -266,7 +434,7 @@ impl Analysis<'_> {
                 let m = self.force_zero(of)?;
                 self.tag(&m, tag)?
             }
-            Av::Dyn(_) => self.map_dyn(v, |s, c| s.tag_callee(c, tag))?,
+            Av::Dyn(_) => self.map_dyn(v, MapOp::Tag(tag), |s, c| s.tag_callee(c, tag))?,
             _ => Av::tagged(tag, v.clone()),
         })
     }
@@ -290,7 +458,9 @@ impl Analysis<'_> {
                     None => Av::Bottom,
                 }
             }
-            Av::Dyn(_) => self.map_dyn(&v, |s, c| Ok(s.untag_callee(c, tag)))?,
+            Av::Dyn(_) => self.map_dyn(&v, MapOp::Untag(tag), |s, c| {
+                s.untag_callee(c, tag, MapOp::Untag(tag), |s, x| s.untag(x, tag))
+            })?,
             _ => Av::Bottom,
         })
     }
@@ -299,15 +469,7 @@ impl Analysis<'_> {
         let p = self.force(p)?;
         let t = self.force(t)?;
         if matches!(p, Av::Dyn(_)) || matches!(t, Av::Dyn(_)) {
-            // The bundle's procedures are the forward versions of the primal's.
-            return self.map_dyn(&p, |s, c| match c {
-                Callee::Code(c) => Ok(s
-                    .transform_code(c, Tag::Forward)?
-                    .map(Callee::Code)
-                    .into_iter()
-                    .collect()),
-                Callee::Prim(q) => s.prim_callee(q, Tag::Forward),
-            });
+            return self.bundle_dyn(&p, &t);
         }
         let inner = match &t {
             Av::Tagged(Tag::Perturbation, x) => Some((**x).clone()),
@@ -369,6 +531,85 @@ impl Analysis<'_> {
         })
     }
 
+    /// `bundle` where the primal or the tangent is boxed: the forward versions of the primal's
+    /// procedures, closures with their environments bundled slot by slot with those of the
+    /// tangent's.
+    fn bundle_dyn(&mut self, p: &Av, t: &Av) -> R<Av> {
+        self.memoised(MapOp::Bundle, p.clone(), t.clone(), |s| {
+            s.bundle_dyn_now(p, t)
+        })
+    }
+
+    fn bundle_dyn_now(&mut self, p: &Av, t: &Av) -> R<Av> {
+        let primal: Mapped = match p {
+            Av::Dyn(Some(class)) => {
+                let mut out = Vec::new();
+                for c in self.read_class(*class) {
+                    let env = match c {
+                        Callee::Code(c) => self.boxed_env(c),
+                        Callee::Prim(_) => None,
+                    };
+                    out.push((c, env));
+                }
+                out
+            }
+            Av::Closure(c, env) => vec![(Callee::Code(*c), Some(env.clone()))],
+            Av::Prim(q) => vec![(Callee::Prim(*q), None)],
+            _ => vec![],
+        };
+        let mut to = BTreeSet::new();
+        for (c, penv) in primal {
+            match c {
+                Callee::Prim(q) => {
+                    for (d, env) in self.prim_callee(q, Tag::Forward)? {
+                        to.insert(d);
+                        if let (Callee::Code(code), Some(env)) = (d, env) {
+                            self.boxes.pending.push((code, env));
+                        }
+                    }
+                }
+                Callee::Code(c) => {
+                    let (Some(fc), Some(pc)) = (
+                        self.transform_code(c, Tag::Forward)?,
+                        self.transform_code(c, Tag::Perturbation)?,
+                    ) else {
+                        continue;
+                    };
+                    let tenv = match t {
+                        Av::Closure(tc, tenv) if *tc == pc => Some(tenv.clone()),
+                        Av::Dyn(Some(_)) => self.boxed_env(pc),
+                        _ => None,
+                    };
+                    to.insert(Callee::Code(fc));
+                    let (Some(penv), Some(tenv)) = (penv, tenv) else {
+                        continue;
+                    };
+                    // As in `map_boxed_env`: an enclosing bundle of this code supplies it.
+                    if !self.mapping.insert((MapOp::Bundle, fc)) {
+                        continue;
+                    }
+                    let mut env = Vec::with_capacity(penv.len());
+                    let mut failed = None;
+                    for (x, y) in penv.iter().zip(tenv.iter()) {
+                        match self.bundle(x, y) {
+                            Ok(b) => env.push(b),
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    self.mapping.remove(&(MapOp::Bundle, fc));
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    self.boxes.pending.push((fc, env.into()));
+                }
+            }
+        }
+        Ok(self.boxes.box_of(to))
+    }
+
     /// `primal` (`tangent == false`) or `tangent` of a forward value.
     pub(crate) fn split(&mut self, v: &Av, tangent: bool) -> R<Av> {
         let v = self.force(v)?;
@@ -407,21 +648,23 @@ impl Analysis<'_> {
                 }
                 Av::Closure(c2, self.map_env(env, |s, x| s.split(x, tangent))?)
             }
-            Av::Dyn(_) => self.map_dyn(&v, |s, c| {
-                Ok(match c {
-                    Callee::Code(c) => match s.prim_version(c, Tag::Forward) {
-                        Some(q) => vec![Callee::Prim(q)],
-                        None => match s.untransform_code(c, Tag::Forward) {
-                            Some(c2) if tangent => {
-                                let t = s.transform_code(c2, Tag::Perturbation)?;
-                                t.map(Callee::Code).into_iter().collect()
+            Av::Dyn(_) => self.map_dyn(&v, MapOp::Split(tangent), |s, c| {
+                let parts = s.untag_callee(c, Tag::Forward, MapOp::Split(tangent), |s, x| {
+                    s.split(x, tangent)
+                })?;
+                let mut out = Vec::new();
+                for (d, env) in parts {
+                    out.push(match d {
+                        Callee::Code(c2) if tangent => {
+                            match s.transform_code(c2, Tag::Perturbation)? {
+                                Some(t) => (Callee::Code(t), env),
+                                None => continue,
                             }
-                            Some(c2) => vec![Callee::Code(c2)],
-                            None => vec![],
-                        },
-                    },
-                    Callee::Prim(q) => vec![Callee::Prim(q)],
-                })
+                        }
+                        _ => (d, env),
+                    });
+                }
+                Ok(out)
             })?,
             _ => Av::Bottom,
         })
@@ -445,7 +688,7 @@ impl Analysis<'_> {
         }
         Ok(match (a, b) {
             (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
-            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b),
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b, &mut self.boxes),
             (Av::Real(Some(x)), Av::Real(Some(y))) => Av::known_real(x.get() + y.get()),
             (Av::Real(_), Av::Real(_)) => Av::real(),
             (Av::Nil, Av::Nil) => Av::Nil,
@@ -504,7 +747,7 @@ impl Analysis<'_> {
             Av::Array(t, e) => Av::array(*t, self.szero(e)?),
             Av::Zero(_) => unreachable!("forced"),
             // A sensitivity holds no procedures.
-            Av::Dyn(_) => Av::dyn_of(BTreeSet::new()),
+            Av::Dyn(_) => Av::Dyn(None),
         })
     }
 
@@ -549,11 +792,12 @@ impl Analysis<'_> {
         let v = self.force(v)?;
         if let Av::Dyn(_) = v {
             // The primal of a forward value or of a reverse one: either tag may be on top.
-            return self.map_dyn(&v, |s, c| {
-                let mut out = s.untag_callee(c, Tag::Forward);
-                out.extend(s.untag_callee(c, Tag::Reverse));
+            // The shallow primal keeps a closure's environment as it is.
+            return self.map_dyn(&v, MapOp::Same, |s, c| {
+                let mut out = s.untag_callee(c, Tag::Forward, MapOp::Same, |_, x| Ok(x.clone()))?;
+                out.extend(s.untag_callee(c, Tag::Reverse, MapOp::Same, |_, x| Ok(x.clone()))?);
                 if let Callee::Prim(_) = c {
-                    out.push(c);
+                    out.push((c, None));
                 }
                 Ok(out)
             });
@@ -605,7 +849,7 @@ impl Analysis<'_> {
             Prim::ListToArrayRev => self.list_to_array(a)?,
             // A list of the array's length: boxed.
             Prim::ArrayToListRev => match self.force(a)? {
-                Av::Array(..) | Av::Dyn(_) => a.boxed(),
+                Av::Array(..) | Av::Dyn(_) => a.boxed(&mut self.boxes),
                 _ => Av::Bottom,
             },
             Prim::OneHotSens => {
@@ -621,9 +865,9 @@ impl Analysis<'_> {
                     Some((Av::Array(t, e), sy)) => {
                         let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
                         // Each element is a zero sensitivity or `sy`: boxed unless they agree.
-                        Av::array(tags, Av::Zero(e.clone()).join(&sy))
+                        Av::array(tags, Av::Zero(e.clone()).join(&sy, &mut self.boxes))
                     }
-                    Some((d @ Av::Dyn(_), sy)) => d.join(&sy),
+                    Some((d @ Av::Dyn(_), sy)) => d.join(&sy, &mut self.boxes),
                     _ => Av::Bottom,
                 }
             }
@@ -641,14 +885,14 @@ impl Analysis<'_> {
         loop {
             match rest {
                 Av::Pair(t, x, d) if t == tags => {
-                    elem = elem.join(&x);
+                    elem = elem.join(&x, &mut self.boxes);
                     rest = self.force(&d)?;
                 }
                 Av::Dyn(_) if elem == Av::Bottom && !matches!(l, Av::Pair(..)) => {
                     return Ok(rest.clone());
                 }
                 Av::Dyn(_) => {
-                    elem = elem.join(&rest);
+                    elem = elem.join(&rest, &mut self.boxes);
                     break;
                 }
                 _ => break,

@@ -16,7 +16,7 @@
 //! evaluator's prelude lambdas, so compile time and run time transform code identically. See
 //! docs/flow.md for what is still slow or imprecise.
 
-use crate::domain::{Av, Callee, CodeId, MAX_DEPTH};
+use crate::domain::{Av, Boxes, Callee, CodeId};
 use std::collections::HashMap;
 use std::rc::Rc;
 use vlad_core::{Datum, Expr, ExprId, Pattern, Prim, Span, Tag, Tags, Var};
@@ -85,6 +85,30 @@ pub struct Analysis<'a> {
     pub keys: Vec<Key>,
     key_ids: HashMap<Key, usize>,
     pub results: Vec<Av>,
+    /// The classes of boxed procedures, and for each class (by its root) the keys that looked
+    /// inside it: they are evaluated again when it grows.
+    pub boxes: Boxes,
+    class_readers: HashMap<Callee, std::collections::BTreeSet<usize>>,
+    /// For each code, the join of the environments of its boxed closures, and the keys that
+    /// read it.
+    boxed_envs: HashMap<CodeId, Rc<[Av]>>,
+    env_readers: HashMap<CodeId, std::collections::BTreeSet<usize>>,
+    /// The AD maps of boxed environments in progress (see `ad.rs`, `map_boxed_env`).
+    pub(crate) mapping: std::collections::HashSet<(crate::ad::MapOp, CodeId)>,
+    pub(crate) map_memo: HashMap<(crate::ad::MapOp, Av, Av), Av>,
+    /// The incremental maps of classes (`ad.rs`, `map_dyn`), and the version of each summary.
+    pub(crate) class_maps: HashMap<(crate::ad::MapOp, Callee), crate::ad::ClassMap>,
+    summary_versions: HashMap<CodeId, u64>,
+    /// The transforms of codes (`ad.rs`, `transform_code`).
+    pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
+    /// Computing the images of a class only: summaries are not mapped.
+    pub(crate) envs_off: bool,
+    pub(crate) map_depth: u32,
+    /// `VLAD_FLOW_DEBUG` is set: report progress on stderr.
+    debug: bool,
+    /// Bumped whenever a class or a summary grows: the memoised maps are valid for one.
+    pub(crate) generation: u64,
+    pub(crate) memo_generation: u64,
     per_code: HashMap<CodeId, Bucket>,
     per_shape: HashMap<ShapeKey, Bucket>,
     /// Keys to (re-)evaluate, and whether each is queued.
@@ -108,6 +132,15 @@ pub struct Analysis<'a> {
 struct Bucket {
     keys: Vec<usize>,
     widened: Option<usize>,
+}
+
+/// A copy of what boxed values may hold (`Analysis::boxed_snapshot`).
+#[derive(Clone, Debug, Default)]
+pub struct Boxed {
+    /// The class of each callee met boxed.
+    pub classes: HashMap<Callee, Vec<Callee>>,
+    /// The environment summary of each code whose closures were boxed.
+    pub envs: HashMap<CodeId, Rc<[Av]>>,
 }
 
 /// What a call site calls, as resolved by the analysis.
@@ -139,6 +172,20 @@ impl<'a> Analysis<'a> {
             keys: Vec::new(),
             key_ids: HashMap::new(),
             results: Vec::new(),
+            boxes: Boxes::default(),
+            class_readers: HashMap::new(),
+            boxed_envs: HashMap::new(),
+            env_readers: HashMap::new(),
+            mapping: Default::default(),
+            map_memo: HashMap::new(),
+            class_maps: HashMap::new(),
+            summary_versions: HashMap::new(),
+            transformed_codes: HashMap::new(),
+            envs_off: false,
+            map_depth: 0,
+            debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
+            generation: 0,
+            memo_generation: 0,
             per_code: HashMap::new(),
             per_shape: HashMap::new(),
             work: Vec::new(),
@@ -202,10 +249,20 @@ impl<'a> Analysis<'a> {
                 ));
             }
             self.queued[k] = false;
+            if self.debug && self.evals.is_multiple_of(1000) {
+                eprintln!(
+                    "flow: {} evaluations, {} keys, {} codes, {} boxed summaries",
+                    self.evals,
+                    self.keys.len(),
+                    self.codes.len(),
+                    self.boxed_envs.len()
+                );
+            }
             let outer = self.reading.replace(k);
             let r = self.eval_key(k);
             self.reading = outer;
-            let new = self.results[k].join(&r?).limit_depth(MAX_DEPTH);
+            let new = self.results[k].join(&r?, &mut self.boxes);
+            let new = new.bounded(&mut self.boxes);
             if new != self.results[k] {
                 self.results[k] = new;
                 let readers: Vec<usize> = self.readers[k].iter().copied().collect();
@@ -213,8 +270,98 @@ impl<'a> Analysis<'a> {
                     self.enqueue(j);
                 }
             }
+            self.classes_grown();
         }
         Ok(())
+    }
+
+    /// Queues again the keys that looked inside a class of boxed procedures, or at the
+    /// environment summary of a boxed code, that has grown.
+    pub(crate) fn classes_grown(&mut self) {
+        while !self.boxes.pending.is_empty() {
+            for (c, env) in std::mem::take(&mut self.boxes.pending) {
+                // Bounded as the environment of a closure of `c`: a closure of `c` inside it
+                // is boxed (its environment joins this summary), so the summary is finite.
+                let env = match Av::Closure(c, env).bounded(&mut self.boxes) {
+                    Av::Closure(_, env) => env,
+                    _ => unreachable!("a closure stays a closure"),
+                };
+                let new: Rc<[Av]> = match self.boxed_envs.get(&c) {
+                    Some(old) => old
+                        .iter()
+                        .zip(env.iter())
+                        .map(|(x, y)| x.join(y, &mut self.boxes))
+                        .collect(),
+                    None => env,
+                };
+                if self.boxed_envs.get(&c) != Some(&new) {
+                    self.generation += 1;
+                    *self.summary_versions.entry(c).or_default() += 1;
+                    self.boxed_envs.insert(c, new);
+                    let readers: Vec<usize> = self
+                        .env_readers
+                        .get(&c)
+                        .map(|r| r.iter().copied().collect())
+                        .unwrap_or_default();
+                    for j in readers {
+                        self.enqueue(j);
+                    }
+                }
+            }
+        }
+        for (old, new) in std::mem::take(&mut self.boxes.merged) {
+            self.generation += 1;
+            let moved = self.class_readers.remove(&old).unwrap_or_default();
+            let readers = self.class_readers.entry(new).or_default();
+            readers.extend(moved);
+            let readers: Vec<usize> = readers.iter().copied().collect();
+            for j in readers {
+                self.enqueue(j);
+            }
+        }
+    }
+
+    /// What boxed values may hold, for checking them against run-time values: each callee's
+    /// class, and the environment summary of each boxed code.
+    pub fn boxed_snapshot(&self) -> Boxed {
+        Boxed {
+            classes: self
+                .boxes
+                .callees()
+                .into_iter()
+                .map(|c| (c, self.boxes.class_of(c)))
+                .collect(),
+            envs: self.boxed_envs.clone(),
+        }
+    }
+
+    /// The environment of a boxed closure of code `c` (the join of all that were boxed; `None`
+    /// if none was yet), noting that the key being evaluated depends on it.
+    pub(crate) fn boxed_env(&mut self, c: CodeId) -> Option<Rc<[Av]>> {
+        // Not in the middle of an AD map of boxed values, whose memo assumes fixed summaries
+        // (what changes is seen when the readers are evaluated again).
+        if self.map_depth == 0 {
+            self.classes_grown();
+        }
+        if let Some(r) = self.reading {
+            self.env_readers.entry(c).or_default().insert(r);
+        }
+        self.boxed_envs.get(&c).cloned()
+    }
+
+    /// How many times the summary of code `c` has grown.
+    pub(crate) fn summary_version(&self, c: CodeId) -> u64 {
+        self.summary_versions.get(&c).copied().unwrap_or(0)
+    }
+
+    /// The procedures a boxed value of class `c` may hold, noting that the key being
+    /// evaluated depends on them.
+    pub(crate) fn read_class(&mut self, c: Callee) -> Vec<Callee> {
+        let root = self.boxes.root(c);
+        if let Some(r) = self.reading {
+            self.class_readers.entry(root).or_default().insert(r);
+        }
+        self.boxes.class(root)
     }
 
     pub(crate) fn enqueue(&mut self, k: usize) {
@@ -260,8 +407,8 @@ impl<'a> Analysis<'a> {
     fn call(&mut self, code: CodeId, env: Rc<[Av]>, arg: Av) -> R<(Av, usize)> {
         let mut key = Key {
             code,
-            env: env.iter().map(|x| x.limit_depth(MAX_DEPTH)).collect(),
-            arg: arg.limit_depth(MAX_DEPTH),
+            env: env.iter().map(|x| x.bounded(&mut self.boxes)).collect(),
+            arg: arg.bounded(&mut self.boxes),
         };
         if let Some(k) = self.key_ids.get(&key) {
             let k = *k;
@@ -274,7 +421,11 @@ impl<'a> Analysis<'a> {
         let bucket_key = if code_widening {
             None
         } else {
-            Some((code, key.env.clone(), key.arg.shape()))
+            Some((
+                code,
+                key.env.iter().map(Av::shape).collect(),
+                key.arg.shape(),
+            ))
         };
         let bucket = match &bucket_key {
             Some(b) => self.per_shape.get(b),
@@ -296,15 +447,13 @@ impl<'a> Analysis<'a> {
                 // environment) met so far; it only grows, so the table stays finite.
                 for k in widen_from {
                     let old = &self.keys[k];
-                    key.arg = key.arg.join(&old.arg);
-                    if code_widening {
-                        key.env = key
-                            .env
-                            .iter()
-                            .zip(old.env.iter())
-                            .map(|(x, y)| x.join(y))
-                            .collect();
-                    }
+                    key.arg = key.arg.join(&old.arg, &mut self.boxes);
+                    key.env = key
+                        .env
+                        .iter()
+                        .zip(old.env.iter())
+                        .map(|(x, y)| x.join(y, &mut self.boxes))
+                        .collect();
                 }
                 if let Some(k) = self.key_ids.get(&key) {
                     let k = *k;
@@ -455,7 +604,7 @@ impl<'a> Analysis<'a> {
                     None => {
                         let x = self.eval(a, env)?;
                         let y = self.eval(b, env)?;
-                        x.join(&y)
+                        x.join(&y, &mut self.boxes)
                     }
                 }
             }
@@ -479,21 +628,23 @@ impl<'a> Analysis<'a> {
                 let (r, k) = self.call(*c, env.clone(), a.clone())?;
                 (r, Target::Direct(k))
             }
-            Av::Dyn(set) => {
+            Av::Dyn(None) => (Av::Bottom, Target::NotProcedure),
+            Av::Dyn(Some(class)) => {
                 let mut r = Av::Bottom;
                 let mut targets = Vec::new();
-                for callee in set.iter() {
+                for callee in self.read_class(*class) {
                     let (x, t) = match callee {
-                        Callee::Prim(p) => self.prim_t(*p, a)?,
+                        Callee::Prim(p) => self.prim_t(p, a)?,
                         Callee::Code(c) => {
-                            // A boxed closure's environment is boxed too.
-                            let n = self.codes[c.0 as usize].free.len();
-                            let env: Rc<[Av]> = (0..n).map(|_| f.clone()).collect();
-                            let (x, k) = self.call(*c, env, a.clone())?;
+                            let Some(env) = self.boxed_env(c) else {
+                                // No closure of this code has been boxed (yet).
+                                continue;
+                            };
+                            let (x, k) = self.call(c, env, a.clone())?;
                             (x, Target::Direct(k))
                         }
                     };
-                    r = r.join(&x);
+                    r = r.join(&x, &mut self.boxes);
                     targets.push(t);
                 }
                 (r, Target::Dispatch(targets))
@@ -550,7 +701,10 @@ impl<'a> Analysis<'a> {
                     Some(true) => (Av::Bottom, Target::Unreachable),
                     _ => self.apply_t(&e, &Av::Nil)?,
                 };
-                (x.join(&y), Target::IfProc(Box::new(tt), Box::new(te)))
+                (
+                    x.join(&y, &mut self.boxes),
+                    Target::IfProc(Box::new(tt), Box::new(te)),
+                )
             }
             Prim::Build => {
                 let Some((n, f)) = two(a) else {
@@ -584,7 +738,7 @@ impl<'a> Analysis<'a> {
                 let mut acc = init;
                 loop {
                     let (r, t) = self.apply_t(&f, &Av::pair(acc.clone(), Av::real()))?;
-                    let next = acc.join(&r).limit_depth(MAX_DEPTH);
+                    let next = acc.join(&r, &mut self.boxes).bounded(&mut self.boxes);
                     if next == acc {
                         break (acc, Target::Ifold(Box::new(t)));
                     }
@@ -739,9 +893,12 @@ pub fn datum_av(d: &Datum) -> Av {
         Datum::Bool(b) => Av::Bool(Some(*b)),
         Datum::Real(r) => Av::known_real(*r),
         Datum::Pair(p) => Av::pair(datum_av(&p.0), datum_av(&p.1)),
+        // Data holds no procedures: joining its elements merges no classes.
         Datum::Array(a) => Av::array(
             Tags::EMPTY,
-            a.iter().fold(Av::Bottom, |acc, x| acc.join(&datum_av(x))),
+            a.iter().fold(Av::Bottom, |acc, x| {
+                acc.join(&datum_av(x), &mut Boxes::default())
+            }),
         ),
     }
 }

@@ -4,11 +4,17 @@
 //! boolean", a pair or array of abstract values, a closure over an abstract environment (one
 //! per code and environment: polyvariance), or `Dyn`. The paper's analysis is union-free and
 //! aborts when two different shapes meet; here they widen to `Dyn`: *some* value, kept boxed at
-//! run time, whose procedures are among a known set of callees. A call of a `Dyn` procedure
-//! dispatches over that set, so every call still has statically known candidates and the
+//! run time, whose procedures are among a known class of callees. A call of a `Dyn` procedure
+//! dispatches over that class, so every call still has statically known candidates and the
 //! analysis never gives up on a program.
+//!
+//! The classes are those of a union-find over callees (`Boxes`): procedures boxed together are
+//! in one class, and a `Dyn` names its class by one member. So a boxed value that gains a
+//! procedure does not become a different abstract value (which would make new keys for
+//! everything downstream, over and over, as the set grows one procedure at a time); its class
+//! grows, and the keys that looked inside the class are evaluated again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
@@ -68,13 +74,24 @@ pub enum Av {
     Tagged(Tag, Rc<Av>),
     /// The lazy zero sensitivity of a reverse value (the evaluator's `Value::Zero`).
     Zero(Rc<Av>),
-    /// Some value of any shape, boxed; procedures inside it are among these callees.
-    Dyn(Rc<BTreeSet<Callee>>),
+    /// Some value of any shape, boxed; procedures inside it are among the class of this
+    /// callee in `Boxes` (`None`: there are none).
+    Dyn(Option<Callee>),
 }
 
-/// Values nested deeper than this are boxed (`Dyn`): it bounds the lattice, so the analysis
-/// terminates on programs that build structures of unbounded size.
+/// Data (pairs, arrays) nested deeper than this is boxed (`Dyn`): it bounds the lattice, so the
+/// analysis terminates on programs that build structures of unbounded size.
 pub const MAX_DEPTH: usize = 10;
+
+/// A closure inside this many closures of its own code is boxed (`Av::bounded`).
+pub const MAX_REPEAT: usize = 8;
+
+/// Values whose trees are larger than this are boxed at a shallower nesting (`Av::bounded`).
+pub const MAX_SIZE: usize = 2000;
+
+/// Any value nested deeper than this is boxed: a safety net over `MAX_DEPTH` and the one
+/// closure of a code per path (`Av::bounded`).
+pub const MAX_NESTING: usize = 64;
 
 impl Av {
     pub fn real() -> Av {
@@ -114,43 +131,40 @@ impl Av {
         Av::Array(tags, Rc::new(e))
     }
 
-    pub fn dyn_of(callees: BTreeSet<Callee>) -> Av {
-        Av::Dyn(Rc::new(callees))
-    }
-
-    /// Every callee inside this value (closures, including those in closure environments, and
-    /// primitives).
-    pub fn callees(&self, out: &mut BTreeSet<Callee>) {
+    /// The procedures a boxed copy of this value holds at its top level: closures and
+    /// primitives reachable through pairs, arrays and AD wrappers, but not through closure
+    /// environments. The environments of its closures are noted in `boxes` instead (a boxed
+    /// closure of code `c` has an environment within the summary the analysis keeps for `c`),
+    /// so boxing a closure does not box everything it closes over.
+    pub fn box_parts(&self, out: &mut BTreeSet<Callee>, boxes: &mut Boxes) {
         match self {
             Av::Prim(p) => {
                 out.insert(Callee::Prim(*p));
             }
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
-                a.callees(out);
-                b.callees(out);
+                a.box_parts(out, boxes);
+                b.box_parts(out, boxes);
             }
             Av::Closure(c, env) => {
                 out.insert(Callee::Code(*c));
-                for x in env.iter() {
-                    x.callees(out);
-                }
+                boxes.pending.push((*c, env.clone()));
             }
-            Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.callees(out),
-            Av::Dyn(s) => out.extend(s.iter().copied()),
+            Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
+            Av::Dyn(c) => out.extend(c.iter().copied()),
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
         }
     }
 
-    /// This value boxed: `Dyn` with its callees.
-    pub fn boxed(&self) -> Av {
+    /// This value boxed: `Dyn` of the class of its callees.
+    pub fn boxed(&self, boxes: &mut Boxes) -> Av {
         let mut s = BTreeSet::new();
-        self.callees(&mut s);
-        Av::dyn_of(s)
+        self.box_parts(&mut s, boxes);
+        boxes.box_of(s)
     }
 
     /// The least upper bound, widened: reals and booleans that differ become unknown, values of
     /// different shapes are boxed.
-    pub fn join(&self, other: &Av) -> Av {
+    pub fn join(&self, other: &Av, boxes: &mut Boxes) -> Av {
         if self == other {
             return self.clone();
         }
@@ -159,21 +173,26 @@ impl Av {
             (Av::Real(_), Av::Real(_)) => Av::real(),
             (Av::Bool(_), Av::Bool(_)) => Av::Bool(None),
             (Av::Pair(t1, a1, d1), Av::Pair(t2, a2, d2)) if t1 == t2 => {
-                Av::tagged_pair(*t1, a1.join(a2), d1.join(d2))
+                Av::tagged_pair(*t1, a1.join(a2, boxes), d1.join(d2, boxes))
             }
-            (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => Av::bundle(a1.join(a2), d1.join(d2)),
-            (Av::Tagged(t1, x), Av::Tagged(t2, y)) if t1 == t2 => Av::tagged(*t1, x.join(y)),
-            (Av::Zero(x), Av::Zero(y)) => Av::Zero(Rc::new(x.join(y))),
+            (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => {
+                Av::bundle(a1.join(a2, boxes), d1.join(d2, boxes))
+            }
+            (Av::Tagged(t1, x), Av::Tagged(t2, y)) if t1 == t2 => Av::tagged(*t1, x.join(y, boxes)),
+            (Av::Zero(x), Av::Zero(y)) => Av::Zero(Rc::new(x.join(y, boxes))),
             (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
                 *c1,
-                e1.iter().zip(e2.iter()).map(|(x, y)| x.join(y)).collect(),
+                e1.iter()
+                    .zip(e2.iter())
+                    .map(|(x, y)| x.join(y, boxes))
+                    .collect(),
             ),
-            (Av::Array(t1, x), Av::Array(t2, y)) if t1 == t2 => Av::array(*t1, x.join(y)),
+            (Av::Array(t1, x), Av::Array(t2, y)) if t1 == t2 => Av::array(*t1, x.join(y, boxes)),
             _ => {
                 let mut s = BTreeSet::new();
-                self.callees(&mut s);
-                other.callees(&mut s);
-                Av::dyn_of(s)
+                self.box_parts(&mut s, boxes);
+                other.box_parts(&mut s, boxes);
+                boxes.box_of(s)
             }
         }
     }
@@ -194,36 +213,194 @@ impl Av {
         }
     }
 
-    /// Boxes what lies deeper than `depth` levels.
-    pub fn limit_depth(&self, depth: usize) -> Av {
-        let aggregate = matches!(
-            self,
-            Av::Pair(..)
-                | Av::Closure(..)
-                | Av::Array(..)
-                | Av::Bundle(..)
-                | Av::Tagged(..)
-                | Av::Zero(_)
-        );
-        if !aggregate {
-            return self.clone();
+    /// The value with what could grow without bound boxed, so that the lattice of values the
+    /// analysis meets is finite: data (pairs, arrays) nested deeper than `MAX_DEPTH` (a list
+    /// whose length depends on the input), a closure inside a closure of the same code (a
+    /// stream, or the chain of backpropagators a loop builds in reverse mode), and anything
+    /// deeper than `MAX_NESTING` (a safety net). Closures of different codes nest freely: the
+    /// environments of top-level definitions form deep but fixed chains that must stay known.
+    ///
+    /// A value whose tree is larger than `MAX_SIZE` nodes is boxed at a shallower nesting until
+    /// it is not: the AD maps and joins walk values as trees, so size, not only depth, bounds
+    /// the cost of the analysis (nested reverse mode builds closures over closures over ...).
+    pub fn bounded(&self, boxes: &mut Boxes) -> Av {
+        let mut nesting = MAX_NESTING;
+        loop {
+            let v = self.bounded_in(MAX_DEPTH, nesting, &mut Vec::new(), boxes);
+            if nesting == 1 || v.size_within(MAX_SIZE).is_some() {
+                return v;
+            }
+            nesting /= 2;
         }
-        if depth == 0 && !matches!(self, Av::Bundle(..) | Av::Tagged(..)) {
-            return self.boxed();
+    }
+
+    /// The number of nodes of the value as a tree, if at most `limit` (the count stops there).
+    fn size_within(&self, limit: usize) -> Option<usize> {
+        fn go(v: &Av, left: &mut usize) -> bool {
+            if *left == 0 {
+                return false;
+            }
+            *left -= 1;
+            match v {
+                Av::Pair(_, a, b) | Av::Bundle(a, b) => go(a, left) && go(b, left),
+                Av::Closure(_, env) => env.iter().all(|x| go(x, left)),
+                Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
+                _ => true,
+            }
         }
+        let mut left = limit;
+        go(self, &mut left).then_some(limit - left)
+    }
+
+    fn bounded_in(
+        &self,
+        data: usize,
+        nesting: usize,
+        codes: &mut Vec<CodeId>,
+        boxes: &mut Boxes,
+    ) -> Av {
         match self {
-            Av::Pair(t, a, b) => {
-                Av::tagged_pair(*t, a.limit_depth(depth - 1), b.limit_depth(depth - 1))
+            Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) | Av::Prim(_) => {
+                return self.clone();
             }
-            // AD wrappers do not count: their nesting is bounded by the tag depth anyway.
-            Av::Bundle(a, b) => Av::bundle(a.limit_depth(depth), b.limit_depth(depth)),
+            Av::Dyn(c) => return Av::Dyn(c.map(|c| boxes.root(c))),
+            _ => {}
+        }
+        let recursive = match self {
+            Av::Pair(..) | Av::Array(..) | Av::Zero(_) => data == 0,
+            Av::Closure(c, _) => codes.iter().filter(|d| *d == c).count() >= MAX_REPEAT,
+            _ => false,
+        };
+        if recursive || nesting == 0 {
+            return self.boxed(boxes);
+        }
+        let n = nesting - 1;
+        match self {
+            Av::Pair(t, a, b) => Av::tagged_pair(
+                *t,
+                a.bounded_in(data - 1, n, codes, boxes),
+                b.bounded_in(data - 1, n, codes, boxes),
+            ),
+            // AD wrappers do not count as data: their nesting is bounded by the tag depth.
+            Av::Bundle(a, b) => Av::bundle(
+                a.bounded_in(data, n, codes, boxes),
+                b.bounded_in(data, n, codes, boxes),
+            ),
+            Av::Tagged(t, e) => Av::tagged(*t, e.bounded_in(data, n, codes, boxes)),
             Av::Closure(c, env) => {
-                Av::Closure(*c, env.iter().map(|x| x.limit_depth(depth - 1)).collect())
+                codes.push(*c);
+                let env = env
+                    .iter()
+                    .map(|x| x.bounded_in(data, n, codes, boxes))
+                    .collect();
+                codes.pop();
+                Av::Closure(*c, env)
             }
-            Av::Array(t, e) => Av::array(*t, e.limit_depth(depth - 1)),
-            Av::Tagged(t, e) => Av::tagged(*t, e.limit_depth(depth)),
-            Av::Zero(e) => Av::Zero(Rc::new(e.limit_depth(depth - 1))),
+            Av::Array(t, e) => Av::array(*t, e.bounded_in(data - 1, n, codes, boxes)),
+            Av::Zero(e) => Av::Zero(Rc::new(e.bounded_in(data - 1, n, codes, boxes))),
             _ => unreachable!("aggregates only"),
         }
+    }
+}
+
+/// The union-find of boxed callees: procedures that meet in one boxed value are in one class,
+/// and a `Dyn` names its class by a member. Merges are recorded, so that the analysis can
+/// evaluate again what looked inside the classes that grew.
+#[derive(Default)]
+pub struct Boxes {
+    ids: HashMap<Callee, usize>,
+    items: Vec<Callee>,
+    parent: Vec<usize>,
+    /// The members of each class, at its root.
+    members: Vec<Vec<Callee>>,
+    /// Merges since last drained: (the old root, the new root).
+    pub merged: Vec<(Callee, Callee)>,
+    /// Environments of closures boxed since last drained, to join into their code's summary.
+    pub pending: Vec<(CodeId, Rc<[Av]>)>,
+}
+
+impl Boxes {
+    fn id(&mut self, c: Callee) -> usize {
+        if let Some(i) = self.ids.get(&c) {
+            return *i;
+        }
+        let i = self.items.len();
+        self.ids.insert(c, i);
+        self.items.push(c);
+        self.parent.push(i);
+        self.members.push(vec![c]);
+        i
+    }
+
+    fn find(&mut self, mut i: usize) -> usize {
+        while self.parent[i] != i {
+            self.parent[i] = self.parent[self.parent[i]];
+            i = self.parent[i];
+        }
+        i
+    }
+
+    /// The member that names `c`'s class.
+    pub fn root(&mut self, c: Callee) -> Callee {
+        let i = self.id(c);
+        let r = self.find(i);
+        self.items[r]
+    }
+
+    /// The members of `c`'s class, in order.
+    pub fn class(&mut self, c: Callee) -> Vec<Callee> {
+        let i = self.id(c);
+        let r = self.find(i);
+        let mut m = self.members[r].clone();
+        m.sort();
+        m
+    }
+
+    /// Every callee met.
+    pub fn callees(&self) -> Vec<Callee> {
+        self.items.clone()
+    }
+
+    /// The members of `c`'s class without recording anything (for printing).
+    pub fn class_of(&self, c: Callee) -> Vec<Callee> {
+        let Some(mut i) = self.ids.get(&c).copied() else {
+            return vec![c];
+        };
+        while self.parent[i] != i {
+            i = self.parent[i];
+        }
+        let mut m = self.members[i].clone();
+        m.sort();
+        m
+    }
+
+    fn union(&mut self, a: Callee, b: Callee) -> Callee {
+        let (i, j) = (self.id(a), self.id(b));
+        let (mut i, mut j) = (self.find(i), self.find(j));
+        if i == j {
+            return self.items[i];
+        }
+        if self.members[i].len() < self.members[j].len() {
+            std::mem::swap(&mut i, &mut j);
+        }
+        // j joins i.
+        self.parent[j] = i;
+        let moved = std::mem::take(&mut self.members[j]);
+        self.members[i].extend(moved);
+        self.merged.push((self.items[j], self.items[i]));
+        self.items[i]
+    }
+
+    /// A boxed value holding these procedures: they become one class.
+    pub fn box_of(&mut self, callees: BTreeSet<Callee>) -> Av {
+        let mut it = callees.into_iter();
+        let Some(first) = it.next() else {
+            return Av::Dyn(None);
+        };
+        let mut root = self.root(first);
+        for c in it {
+            root = self.union(root, c);
+        }
+        Av::Dyn(Some(root))
     }
 }

@@ -15,7 +15,7 @@ pub mod exec;
 pub mod show;
 pub mod specialise;
 
-pub use analysis::{Analysis, FlowError, Key, Target};
+pub use analysis::{Analysis, Boxed, FlowError, Key, Target};
 pub use domain::{Av, Callee, CodeId};
 pub use exec::Executor;
 pub use specialise::Program;

@@ -1,7 +1,8 @@
 //! Readable renderings of abstract values and of a whole analysis (`vlad compile --emit flow`).
 
-use crate::analysis::Analysis;
+use crate::analysis::{Analysis, Target};
 use crate::domain::{Av, Callee, CodeId};
+use crate::specialise::Program;
 use std::fmt::Write as _;
 use vlad_core::{Expr, Span};
 
@@ -78,9 +79,10 @@ impl Analysis<'_> {
                 self.write_av(of, place, s);
                 s.push(')');
             }
-            Av::Dyn(set) => {
+            Av::Dyn(None) => s.push_str("dyn{}"),
+            Av::Dyn(Some(class)) => {
                 s.push_str("dyn{");
-                for (i, c) in set.iter().enumerate() {
+                for (i, c) in self.boxes_class(*class).iter().enumerate() {
                     if i > 0 {
                         s.push(' ');
                     }
@@ -94,14 +96,20 @@ impl Analysis<'_> {
         }
     }
 
+    /// The members of a class of boxed procedures (read-only: a class not met is itself).
+    pub fn boxes_class(&self, c: Callee) -> Vec<Callee> {
+        self.boxes.class_of(c)
+    }
+
     /// Every specialisation: `name ARG -> RESULT`, with the environment when there is one.
     pub fn show(&self, place: &dyn Fn(Span) -> String) -> String {
         let mut s = String::new();
         for (k, key) in self.keys.iter().enumerate() {
             let _ = write!(
                 s,
-                "{} {} -> {}",
+                "{}#{} {} -> {}",
                 self.code_name(key.code, place),
+                key.code.0,
                 self.show_av(&key.arg, place),
                 self.show_av(&self.results[k], place)
             );
@@ -115,6 +123,57 @@ impl Analysis<'_> {
             s.push('\n');
         }
         s
+    }
+}
+
+impl Program {
+    /// The specialised program (`vlad compile --emit ir`): every reachable function as
+    /// `fun fK NAME ARG -> RESULT` with its environment, then the Core of its code, each call
+    /// followed by `@` and what it calls: `fK` a function, `prim:NAME` a primitive,
+    /// `dispatch[...]` a boxed procedure, `build[...]`, `ifold[...]`, `if-procedure[...]` the
+    /// calls of a higher-order primitive, `not-procedure` a run-time error, `unreachable`.
+    pub fn show(&self, an: &Analysis, place: &dyn Fn(Span) -> String) -> String {
+        let mut s = String::new();
+        for (k, fun) in self.funs.iter().enumerate() {
+            let Some(fun) = fun else { continue };
+            let _ = write!(
+                s,
+                "fun f{k} {} {} -> {}",
+                an.code_name(fun.code, place),
+                an.show_av(&fun.arg, place),
+                an.show_av(&fun.result, place)
+            );
+            if !fun.env.is_empty() {
+                s.push_str("\n  env:");
+                for x in fun.env.iter() {
+                    s.push(' ');
+                    s.push_str(&an.show_av(x, place));
+                }
+            }
+            let lambda = an.codes[fun.code.0 as usize].lambda();
+            let note = |site: vlad_core::ExprId| self.targets.get(&(k, site)).map(show_target);
+            let _ = writeln!(s, "\n  {}", an.ev.arena.show_annotated(lambda, &note));
+        }
+        s
+    }
+}
+
+fn show_target(t: &Target) -> String {
+    let list = |ts: &[&Target]| {
+        ts.iter()
+            .map(|t| show_target(t))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match t {
+        Target::Direct(k) => format!("f{k}"),
+        Target::Prim(p) => format!("prim:{}", p.name()),
+        Target::IfProc(a, b) => format!("if-procedure[{}]", list(&[a, b])),
+        Target::Build(t) => format!("build[{}]", show_target(t)),
+        Target::Ifold(t) => format!("ifold[{}]", show_target(t)),
+        Target::Dispatch(ts) => format!("dispatch[{}]", list(&ts.iter().collect::<Vec<_>>())),
+        Target::NotProcedure => "not-procedure".into(),
+        Target::Unreachable => "unreachable".into(),
     }
 }
 
