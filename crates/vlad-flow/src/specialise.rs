@@ -94,11 +94,13 @@ impl Analysis<'_> {
         // Walking a body with the final table normally finds only analysed calls; if a walk
         // meets a new one (a widened key other than the one the analysis used when it last
         // evaluated that body), analyse again and walk again. Keys only accumulate and results
-        // only grow, so this ends.
+        // only grow, so this ends. The same if a walk grows a class of boxed procedures or a
+        // summary of their environments (dispatches read them).
         let (reachable, targets) = loop {
-            let known = self.keys.len();
+            let known = (self.keys.len(), self.generation);
             let walked = self.walk(entries)?;
-            if self.keys.len() == known {
+            self.classes_grown();
+            if (self.keys.len(), self.generation) == known {
                 break walked;
             }
             // Everything again: the walked bodies read the new keys' results too.
