@@ -30,7 +30,7 @@ impl Default for ClassMap {
     fn default() -> ClassMap {
         ClassMap {
             imaged: BTreeSet::new(),
-            result: Av::Dyn(None),
+            result: Av::dyn_data(),
             done: Default::default(),
         }
     }
@@ -211,9 +211,26 @@ impl Analysis<'_> {
         op: MapOp,
         mut f: impl FnMut(&mut Self, Callee) -> R<Mapped>,
     ) -> R<Av> {
-        let Av::Dyn(Some(class)) = v else {
-            return Ok(Av::Dyn(None));
+        let Av::Dyn(classes) = v else {
+            return Ok(Av::dyn_data());
         };
+        let mut out = BTreeSet::new();
+        for class in classes.iter() {
+            if let Av::Dyn(rs) = self.map_class(*class, op, &mut f)? {
+                out.extend(rs.iter().copied());
+            }
+        }
+        Ok(self.boxes.box_of(out))
+    }
+
+    /// `map_dyn` of one class.
+    fn map_class(
+        &mut self,
+        class: Callee,
+        op: MapOp,
+        f: &mut impl FnMut(&mut Self, Callee) -> R<Mapped>,
+    ) -> R<Av> {
+        let class = &class;
         let members = self.read_class(*class);
         let key = (op, self.boxes.root(*class));
         // The images of members not mapped before, without environments: the result's class
@@ -227,8 +244,8 @@ impl Analysis<'_> {
             .collect();
         if !new.is_empty() {
             let mut to = BTreeSet::new();
-            if let Av::Dyn(Some(r)) = entry.result {
-                to.insert(r);
+            if let Av::Dyn(rs) = &entry.result {
+                to.extend(rs.iter().copied());
             }
             let outer = std::mem::replace(&mut self.envs_off, true);
             let images: R<()> = new.iter().try_for_each(|c| {
@@ -542,9 +559,13 @@ impl Analysis<'_> {
 
     fn bundle_dyn_now(&mut self, p: &Av, t: &Av) -> R<Av> {
         let primal: Mapped = match p {
-            Av::Dyn(Some(class)) => {
+            Av::Dyn(classes) => {
                 let mut out = Vec::new();
-                for c in self.read_class(*class) {
+                let mut members = Vec::new();
+                for class in classes.iter() {
+                    members.extend(self.read_class(*class));
+                }
+                for c in members {
                     let env = match c {
                         Callee::Code(c) => self.boxed_env(c),
                         Callee::Prim(_) => None,
@@ -577,7 +598,7 @@ impl Analysis<'_> {
                     };
                     let tenv = match t {
                         Av::Closure(tc, tenv) if *tc == pc => Some(tenv.clone()),
-                        Av::Dyn(Some(_)) => self.boxed_env(pc),
+                        Av::Dyn(ts) if !ts.is_empty() => self.boxed_env(pc),
                         _ => None,
                     };
                     to.insert(Callee::Code(fc));
@@ -747,7 +768,7 @@ impl Analysis<'_> {
             Av::Array(t, e) => Av::array(*t, self.szero(e)?),
             Av::Zero(_) => unreachable!("forced"),
             // A sensitivity holds no procedures.
-            Av::Dyn(_) => Av::Dyn(None),
+            Av::Dyn(_) => Av::dyn_data(),
         })
     }
 

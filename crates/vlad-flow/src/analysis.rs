@@ -250,11 +250,16 @@ impl<'a> Analysis<'a> {
             }
             self.queued[k] = false;
             if self.debug && self.evals.is_multiple_of(1000) {
+                let mut depths = [0usize; 16];
+                for c in 0..self.codes.len() {
+                    depths[self.code_tags(CodeId(c as u32)).depth() as usize] += 1;
+                }
                 eprintln!(
-                    "flow: {} evaluations, {} keys, {} codes, {} boxed summaries",
+                    "flow: {} evaluations, {} keys, {} codes (by AD depth {:?}), {} boxed summaries",
                     self.evals,
                     self.keys.len(),
                     self.codes.len(),
+                    &depths[..],
                     self.boxed_envs.len()
                 );
             }
@@ -391,6 +396,8 @@ impl<'a> Analysis<'a> {
             free: free.into(),
         });
         self.code_ids.insert((names, lambdas, index), id);
+        let tags = self.code_tags(id);
+        self.boxes.code_tags.push(tags);
         id
     }
 
@@ -628,11 +635,15 @@ impl<'a> Analysis<'a> {
                 let (r, k) = self.call(*c, env.clone(), a.clone())?;
                 (r, Target::Direct(k))
             }
-            Av::Dyn(None) => (Av::Bottom, Target::NotProcedure),
-            Av::Dyn(Some(class)) => {
+            Av::Dyn(classes) if classes.is_empty() => (Av::Bottom, Target::NotProcedure),
+            Av::Dyn(classes) => {
                 let mut r = Av::Bottom;
                 let mut targets = Vec::new();
-                for callee in self.read_class(*class) {
+                let mut callees = Vec::new();
+                for class in classes.iter() {
+                    callees.extend(self.read_class(*class));
+                }
+                for callee in callees {
                     let (x, t) = match callee {
                         Callee::Prim(p) => self.prim_t(p, a)?,
                         Callee::Code(c) => {

@@ -74,9 +74,9 @@ pub enum Av {
     Tagged(Tag, Rc<Av>),
     /// The lazy zero sensitivity of a reverse value (the evaluator's `Value::Zero`).
     Zero(Rc<Av>),
-    /// Some value of any shape, boxed; procedures inside it are among the class of this
-    /// callee in `Boxes` (`None`: there are none).
-    Dyn(Option<Callee>),
+    /// Some value of any shape, boxed; procedures inside it are among the classes of these
+    /// callees in `Boxes`, one class per AD tag stack (none: there are no procedures).
+    Dyn(Rc<[Callee]>),
 }
 
 /// Data (pairs, arrays) nested deeper than this is boxed (`Dyn`): it bounds the lattice, so the
@@ -127,6 +127,11 @@ impl Av {
         Av::Tagged(tag, Rc::new(v))
     }
 
+    /// A boxed value holding no procedures.
+    pub fn dyn_data() -> Av {
+        Av::Dyn(Rc::from([]))
+    }
+
     pub fn array(tags: Tags, e: Av) -> Av {
         Av::Array(tags, Rc::new(e))
     }
@@ -150,7 +155,7 @@ impl Av {
                 boxes.pending.push((*c, env.clone()));
             }
             Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
-            Av::Dyn(c) => out.extend(c.iter().copied()),
+            Av::Dyn(cs) => out.extend(cs.iter().copied()),
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
         }
     }
@@ -263,7 +268,7 @@ impl Av {
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) | Av::Prim(_) => {
                 return self.clone();
             }
-            Av::Dyn(c) => return Av::Dyn(c.map(|c| boxes.root(c))),
+            Av::Dyn(cs) => return boxes.box_of(cs.iter().copied().collect()),
             _ => {}
         }
         let recursive = match self {
@@ -317,6 +322,8 @@ pub struct Boxes {
     pub merged: Vec<(Callee, Callee)>,
     /// Environments of closures boxed since last drained, to join into their code's summary.
     pub pending: Vec<(CodeId, Rc<[Av]>)>,
+    /// The AD tags of each code's closures, by code (filled as codes are made).
+    pub code_tags: Vec<Tags>,
 }
 
 impl Boxes {
@@ -391,16 +398,36 @@ impl Boxes {
         self.items[i]
     }
 
-    /// A boxed value holding these procedures: they become one class.
+    /// A boxed value holding these procedures: those with the same AD tags become one class.
+    /// Procedures of different AD levels are never one class: `*j` of a class that mixed
+    /// them would transform every member again, level after level, up to the deepest tag
+    /// stack (particle-RR made codes at all 14 levels that way).
     pub fn box_of(&mut self, callees: BTreeSet<Callee>) -> Av {
-        let mut it = callees.into_iter();
-        let Some(first) = it.next() else {
-            return Av::Dyn(None);
-        };
-        let mut root = self.root(first);
-        for c in it {
-            root = self.union(root, c);
+        let mut roots: Vec<(Tags, Callee)> = Vec::new();
+        for c in callees {
+            let tags = self.tags_of(c);
+            match roots.iter_mut().find(|(t, _)| *t == tags) {
+                Some((_, root)) => *root = self.union(*root, c),
+                None => {
+                    let r = self.root(c);
+                    roots.push((tags, r));
+                }
+            }
         }
-        Av::Dyn(Some(root))
+        let mut roots: Vec<Callee> = roots.into_iter().map(|(_, r)| r).collect();
+        roots.sort();
+        Av::Dyn(roots.into())
+    }
+
+    /// The AD tags of a callee's closures (primitives have none).
+    fn tags_of(&self, c: Callee) -> Tags {
+        match c {
+            Callee::Code(code) => self
+                .code_tags
+                .get(code.0 as usize)
+                .copied()
+                .unwrap_or(Tags::EMPTY),
+            Callee::Prim(_) => Tags::EMPTY,
+        }
     }
 }

@@ -79,10 +79,11 @@ impl Analysis<'_> {
                 self.write_av(of, place, s);
                 s.push(')');
             }
-            Av::Dyn(None) => s.push_str("dyn{}"),
-            Av::Dyn(Some(class)) => {
+            Av::Dyn(classes) => {
                 s.push_str("dyn{");
-                for (i, c) in self.boxes_class(*class).iter().enumerate() {
+                let members: Vec<Callee> =
+                    classes.iter().flat_map(|c| self.boxes_class(*c)).collect();
+                for (i, c) in members.iter().enumerate() {
                     if i > 0 {
                         s.push(' ');
                     }

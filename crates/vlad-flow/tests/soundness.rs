@@ -19,11 +19,11 @@ struct World<'a> {
 /// Is the concrete value `v` in the extension of `a`?
 fn contains(a: &Av, v: &Value, w: &World) -> bool {
     match (a, v) {
-        (Av::Dyn(class), _) => {
-            let members = class
-                .and_then(|c| w.boxed.classes.get(&c).cloned())
-                .or_else(|| class.map(|c| vec![c]))
-                .unwrap_or_default();
+        (Av::Dyn(classes), _) => {
+            let members: Vec<Callee> = classes
+                .iter()
+                .flat_map(|c| w.boxed.classes.get(c).cloned().unwrap_or_else(|| vec![*c]))
+                .collect();
             boxed_within(v, &members, w)
         }
         (Av::Nil, Value::Nil) => true,
