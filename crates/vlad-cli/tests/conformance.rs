@@ -162,7 +162,7 @@ fn examples_directory() {
 /// the evaluator prints: the same assertions, whose expected values the evaluator meets (the
 /// tests above), must hold through `vlad check --engine ir`. Issue 6 is in progress: the files
 /// below are those that pass today in CI time; docs/flow.md lists the others and why (the
-/// saddle and particle programs pass too, but the executor takes minutes on them).
+/// other saddle and particle programs pass too, but the executor takes minutes on them).
 #[test]
 fn specialised_program_agrees_with_the_evaluator() {
     let root = repo_root();
@@ -193,6 +193,8 @@ const SPECIALISED: &[&str] = &[
     "examples/lists.vlad",
     "examples/log-sum-exp.vlad",
     "examples/nnmf.vlad",
+    "examples/saddle-FR.vlad",
+    "examples/saddle-RR.vlad",
     "examples/secant.vlad",
     "examples/streams.vlad",
     "examples/tour.vlad",
