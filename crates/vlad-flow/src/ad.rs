@@ -552,6 +552,13 @@ impl Analysis<'_> {
     /// procedures, closures with their environments bundled slot by slot with those of the
     /// tangent's.
     fn bundle_dyn(&mut self, p: &Av, t: &Av) -> R<Av> {
+        // The result depends on the members of the primal's classes: read them here, so that a
+        // key that finds the result memoised is still evaluated again when they grow.
+        if let Av::Dyn(classes) = p {
+            for class in classes.iter() {
+                self.read_class(*class);
+            }
+        }
         self.memoised(MapOp::Bundle, p.clone(), t.clone(), |s| {
             s.bundle_dyn_now(p, t)
         })
