@@ -230,9 +230,8 @@ impl Analysis<'_> {
         op: MapOp,
         f: &mut impl FnMut(&mut Self, Callee) -> R<Mapped>,
     ) -> R<Av> {
-        let class = &class;
-        let members = self.read_class(*class);
-        let key = (op, self.boxes.root(*class));
+        let members = self.read_class(class);
+        let key = (op, self.boxes.root(class));
         // The images of members not mapped before, without environments: the result's class
         // is known before any environment is mapped, so a map that meets this class again
         // inside a summary returns it.
@@ -283,27 +282,6 @@ impl Analysis<'_> {
             }
         }
         Ok(self.class_maps[&key].result.clone())
-    }
-
-    /// `f()`, memoised on (`op`, `a`, `b`) while no class or summary grows: boxed values are
-    /// shared all over the summaries, and mapping each occurrence again would take time
-    /// exponential in their nesting. (A key that used a map of a class that then grew is
-    /// evaluated again, as a reader of the class, with a fresh memo.)
-    fn memoised(&mut self, op: MapOp, a: Av, b: Av, f: impl FnOnce(&mut Self) -> R<Av>) -> R<Av> {
-        if self.memo_generation != self.generation {
-            self.map_memo.clear();
-            self.memo_generation = self.generation;
-        }
-        let key = (op, a, b);
-        if let Some(r) = self.map_memo.get(&key) {
-            return Ok(r.clone());
-        }
-        self.map_depth += 1;
-        let r = f(self);
-        self.map_depth -= 1;
-        let r = r?;
-        self.map_memo.insert(key, r.clone());
-        Ok(r)
     }
 
     /// The boxed environment of code `c` mapped slot by slot by the operation `op`.
@@ -559,9 +537,23 @@ impl Analysis<'_> {
                 self.read_class(*class);
             }
         }
-        self.memoised(MapOp::Bundle, p.clone(), t.clone(), |s| {
-            s.bundle_dyn_now(p, t)
-        })
+        // Memoised while no class or summary grows: boxed values are shared all over the
+        // summaries, and bundling each occurrence again would take time exponential in their
+        // nesting.
+        if self.bundle_memo_generation != self.generation {
+            self.bundle_memo.clear();
+            self.bundle_memo_generation = self.generation;
+        }
+        let key = (p.clone(), t.clone());
+        if let Some(r) = self.bundle_memo.get(&key) {
+            return Ok(r.clone());
+        }
+        self.bundling += 1;
+        let r = self.bundle_dyn_now(p, t);
+        self.bundling -= 1;
+        let r = r?;
+        self.bundle_memo.insert(key, r.clone());
+        Ok(r)
     }
 
     fn bundle_dyn_now(&mut self, p: &Av, t: &Av) -> R<Av> {

@@ -4,7 +4,8 @@
 //! argument: one specialised function each) to abstract results. Evaluating a body consults the
 //! table for every call it makes, adding keys it has not seen; a worklist re-evaluates a key
 //! when a result it read has grown, until nothing changes. Results only grow (by `Av::join`),
-//! and the lattice is finite: values are depth-bounded (`MAX_DEPTH`), a closure called with more
+//! and the lattice is finite: values are bounded in depth, repetition and size (`Av::bounded`),
+//! classes and summaries of boxed values only grow, a closure called with more
 //! than `MAX_VARIANTS` arguments of one shape gets one growing key from then on (a loop counter
 //! that is a different constant at each iteration widens to "some real", constants that never
 //! change stay known), and a code with more than `MAX_CODE_VARIANTS` keys gets one for all. So
@@ -95,7 +96,8 @@ pub struct Analysis<'a> {
     env_readers: HashMap<CodeId, std::collections::BTreeSet<usize>>,
     /// The AD maps of boxed environments in progress (see `ad.rs`, `map_boxed_env`).
     pub(crate) mapping: std::collections::HashSet<(crate::ad::MapOp, CodeId)>,
-    pub(crate) map_memo: HashMap<(crate::ad::MapOp, Av, Av), Av>,
+    /// `bundle` of boxed values, memoised for one `generation` (`ad.rs`, `bundle_dyn`).
+    pub(crate) bundle_memo: HashMap<(Av, Av), Av>,
     /// The incremental maps of classes (`ad.rs`, `map_dyn`), and the version of each summary.
     pub(crate) class_maps: HashMap<(crate::ad::MapOp, Callee), crate::ad::ClassMap>,
     summary_versions: HashMap<CodeId, u64>,
@@ -103,12 +105,13 @@ pub struct Analysis<'a> {
     pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
     /// Computing the images of a class only: summaries are not mapped.
     pub(crate) envs_off: bool,
-    pub(crate) map_depth: u32,
+    /// `bundle` of boxed values in progress (its memo assumes fixed summaries).
+    pub(crate) bundling: u32,
     /// `VLAD_FLOW_DEBUG` is set: report progress on stderr.
     debug: bool,
-    /// Bumped whenever a class or a summary grows: the memoised maps are valid for one.
+    /// Bumped whenever a class or a summary grows; the generation `bundle_memo` is for.
     pub(crate) generation: u64,
-    pub(crate) memo_generation: u64,
+    pub(crate) bundle_memo_generation: u64,
     per_code: HashMap<CodeId, Bucket>,
     per_shape: HashMap<ShapeKey, Bucket>,
     /// Keys to (re-)evaluate, and whether each is queued.
@@ -177,15 +180,15 @@ impl<'a> Analysis<'a> {
             boxed_envs: HashMap::new(),
             env_readers: HashMap::new(),
             mapping: Default::default(),
-            map_memo: HashMap::new(),
+            bundle_memo: HashMap::new(),
             class_maps: HashMap::new(),
             summary_versions: HashMap::new(),
             transformed_codes: HashMap::new(),
             envs_off: false,
-            map_depth: 0,
+            bundling: 0,
             debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
             generation: 0,
-            memo_generation: 0,
+            bundle_memo_generation: 0,
             per_code: HashMap::new(),
             per_shape: HashMap::new(),
             work: Vec::new(),
@@ -250,7 +253,7 @@ impl<'a> Analysis<'a> {
             }
             self.queued[k] = false;
             if self.debug && self.evals.is_multiple_of(1000) {
-                let mut depths = [0usize; 16];
+                let mut depths = vec![0usize; vlad_core::tags::MAX_TAG_DEPTH as usize + 1];
                 for c in 0..self.codes.len() {
                     depths[self.code_tags(CodeId(c as u32)).depth() as usize] += 1;
                 }
@@ -343,9 +346,9 @@ impl<'a> Analysis<'a> {
     /// The environment of a boxed closure of code `c` (the join of all that were boxed; `None`
     /// if none was yet), noting that the key being evaluated depends on it.
     pub(crate) fn boxed_env(&mut self, c: CodeId) -> Option<Rc<[Av]>> {
-        // Not in the middle of an AD map of boxed values, whose memo assumes fixed summaries
-        // (what changes is seen when the readers are evaluated again).
-        if self.map_depth == 0 {
+        // Not in the middle of a memoised `bundle` of boxed values, which assumes fixed
+        // summaries (what changes is seen when the readers are evaluated again).
+        if self.bundling == 0 {
             self.classes_grown();
         }
         if let Some(r) = self.reading {

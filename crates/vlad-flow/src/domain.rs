@@ -8,8 +8,9 @@
 //! dispatches over that class, so every call still has statically known candidates and the
 //! analysis never gives up on a program.
 //!
-//! The classes are those of a union-find over callees (`Boxes`): procedures boxed together are
-//! in one class, and a `Dyn` names its class by one member. So a boxed value that gains a
+//! The classes are those of a union-find over callees (`Boxes`): procedures with the same AD
+//! tags that are boxed together are in one class, and a `Dyn` names its classes (one per tag
+//! stack) by one member each. So a boxed value that gains a
 //! procedure does not become a different abstract value (which would make new keys for
 //! everything downstream, over and over, as the set grows one procedure at a time); its class
 //! grows, and the keys that looked inside the class are evaluated again.
@@ -89,8 +90,8 @@ pub const MAX_REPEAT: usize = 8;
 /// Values whose trees are larger than this are boxed at a shallower nesting (`Av::bounded`).
 pub const MAX_SIZE: usize = 2000;
 
-/// Any value nested deeper than this is boxed: a safety net over `MAX_DEPTH` and the one
-/// closure of a code per path (`Av::bounded`).
+/// Any value nested deeper than this is boxed: a safety net over `MAX_DEPTH` and
+/// `MAX_REPEAT` (`Av::bounded`).
 pub const MAX_NESTING: usize = 64;
 
 impl Av {
@@ -160,7 +161,7 @@ impl Av {
         }
     }
 
-    /// This value boxed: `Dyn` of the class of its callees.
+    /// This value boxed: `Dyn` of the classes of its callees.
     pub fn boxed(&self, boxes: &mut Boxes) -> Av {
         let mut s = BTreeSet::new();
         self.box_parts(&mut s, boxes);
@@ -220,8 +221,8 @@ impl Av {
 
     /// The value with what could grow without bound boxed, so that the lattice of values the
     /// analysis meets is finite: data (pairs, arrays) nested deeper than `MAX_DEPTH` (a list
-    /// whose length depends on the input), a closure inside a closure of the same code (a
-    /// stream, or the chain of backpropagators a loop builds in reverse mode), and anything
+    /// whose length depends on the input), a closure inside `MAX_REPEAT` closures of its own
+    /// code (a stream, or the chain of backpropagators a loop builds in reverse mode), anything
     /// deeper than `MAX_NESTING` (a safety net). Closures of different codes nest freely: the
     /// environments of top-level definitions form deep but fixed chains that must stay known.
     ///
@@ -308,8 +309,8 @@ impl Av {
     }
 }
 
-/// The union-find of boxed callees: procedures that meet in one boxed value are in one class,
-/// and a `Dyn` names its class by a member. Merges are recorded, so that the analysis can
+/// The union-find of boxed callees: procedures with the same AD tags that meet in one boxed
+/// value are in one class, and a `Dyn` names each of its classes by a member. Merges are recorded, so that the analysis can
 /// evaluate again what looked inside the classes that grew.
 #[derive(Default)]
 pub struct Boxes {
@@ -356,11 +357,8 @@ impl Boxes {
 
     /// The members of `c`'s class, in order.
     pub fn class(&mut self, c: Callee) -> Vec<Callee> {
-        let i = self.id(c);
-        let r = self.find(i);
-        let mut m = self.members[r].clone();
-        m.sort();
-        m
+        let root = self.root(c);
+        self.class_of(root)
     }
 
     /// Every callee met.

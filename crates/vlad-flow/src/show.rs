@@ -81,8 +81,10 @@ impl Analysis<'_> {
             }
             Av::Dyn(classes) => {
                 s.push_str("dyn{");
-                let members: Vec<Callee> =
-                    classes.iter().flat_map(|c| self.boxes_class(*c)).collect();
+                let members: Vec<Callee> = classes
+                    .iter()
+                    .flat_map(|c| self.boxes.class_of(*c))
+                    .collect();
                 for (i, c) in members.iter().enumerate() {
                     if i > 0 {
                         s.push(' ');
@@ -95,11 +97,6 @@ impl Analysis<'_> {
                 s.push('}');
             }
         }
-    }
-
-    /// The members of a class of boxed procedures (read-only: a class not met is itself).
-    pub fn boxes_class(&self, c: Callee) -> Vec<Callee> {
-        self.boxes.class_of(c)
     }
 
     /// Every specialisation: `name ARG -> RESULT`, with the environment when there is one.
