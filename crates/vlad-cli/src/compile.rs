@@ -11,9 +11,31 @@ pub enum Emit {
     Flow,
     /// The specialised program: each reachable function's Core with its calls resolved.
     Ir,
+    /// The C program.
+    C,
 }
 
-pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
+pub fn compile(
+    file: &Path,
+    include: &[PathBuf],
+    emit: Option<Emit>,
+    output: Option<&Path>,
+    opts: crate::native::CcOptions,
+) -> u8 {
+    let emit = match (emit, output) {
+        (Some(Emit::C), _) | (None, Some(_)) => {
+            return compile_c(file, include, emit, output, opts)
+        }
+        (Some(e), _) => e,
+        (None, None) => Emit::Flow,
+    };
+    if let Some(out) = output {
+        eprintln!(
+            "vlad: -o {} writes an executable or C (--emit c); --emit {emit:?} prints to standard output",
+            out.display()
+        );
+        return 2;
+    }
     let (sources, exprs, mut ev) = match prepare(file, include, None) {
         Ok(p) => p,
         Err(code) => return code,
@@ -72,6 +94,47 @@ pub fn compile(file: &Path, include: &[PathBuf], emit: Emit) -> u8 {
             }
             print!("{}", program.show(&analysis, &place));
         }
+        Emit::C => unreachable!("handled by compile_c"),
     }
     0
+}
+
+/// `--emit c` (the C program, to `output` or standard output) or `-o` (an executable).
+fn compile_c(
+    file: &Path,
+    include: &[PathBuf],
+    emit: Option<Emit>,
+    output: Option<&Path>,
+    opts: crate::native::CcOptions,
+) -> u8 {
+    let c = match crate::native::generate_c(file, include) {
+        Ok(c) => c,
+        Err(crate::native::Failure::Program(code)) => return code,
+        Err(crate::native::Failure::Unsupported(reason)) => {
+            eprintln!("vlad: cannot compile {} to C: {reason}", file.display());
+            return 1;
+        }
+        // Report the expansion error (`vlad compile` does not run anything).
+        Err(crate::native::Failure::Evaluate) => {
+            return compile(file, include, Some(Emit::Flow), None, opts)
+        }
+    };
+    let written = match (emit, output) {
+        (Some(Emit::C), None) => {
+            print!("{c}");
+            Ok(())
+        }
+        (Some(Emit::C), Some(out)) => {
+            std::fs::write(out, c).map_err(|e| format!("cannot write {}: {e}", out.display()))
+        }
+        (_, Some(out)) => crate::native::compile_c(&c, out, opts),
+        (_, None) => unreachable!("an output or --emit c"),
+    };
+    match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("vlad: {e}");
+            1
+        }
+    }
 }

@@ -2,6 +2,7 @@
 
 mod check;
 mod compile;
+mod native;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -24,22 +25,28 @@ struct Cli {
 
 #[derive(Subcommand, Clone)]
 enum Command {
-    /// Run a program: evaluate each top-level expression and print its value.
+    /// Run a program: compile it to native code (cached) and run it, printing the value of
+    /// each top-level expression. A program the compiler cannot handle yet runs in the
+    /// evaluator, after a one-line note on stderr.
     Run {
         file: PathBuf,
         /// Extra directories searched by `include`.
         #[arg(short = 'I', value_name = "DIR")]
         include: Vec<PathBuf>,
-        /// Use the reference evaluator (the default, until native code exists).
+        /// Use the reference evaluator (the same as `--engine eval`).
         #[arg(long)]
         interp: bool,
-        /// How to run: `eval`, the reference evaluator; `ir`, flow analysis and the
-        /// specialised first-order program.
-        #[arg(long, value_enum, default_value = "eval")]
+        /// How to run: `native`, compiled C; `eval`, the reference evaluator; `ir`, flow
+        /// analysis and an interpreter of the specialised first-order program.
+        #[arg(long, value_enum, default_value = "native")]
         engine: Engine,
-        /// Stop with an error after this many evaluation steps.
+        /// Stop with an error after this many evaluation steps (evaluator and `ir` only: with
+        /// this flag the default engine is the evaluator).
         #[arg(long, value_name = "N")]
         max_steps: Option<u64>,
+        /// Compile for any CPU of this architecture (no `-march=native`).
+        #[arg(long)]
+        portable: bool,
     },
     /// Analyse a program for compilation and print what the compiler knows about it.
     Compile {
@@ -47,10 +54,17 @@ enum Command {
         /// Extra directories searched by `include`.
         #[arg(short = 'I', value_name = "DIR")]
         include: Vec<PathBuf>,
-        /// What to print: `flow`, the abstract argument and result of every specialised
-        /// function the flow analysis found; `ir`, the specialised program.
-        #[arg(long, value_enum, default_value = "flow")]
-        emit: compile::Emit,
+        /// What to write: `flow`, the abstract argument and result of every specialised
+        /// function the flow analysis found; `ir`, the specialised program; `c`, the C
+        /// program. Without `--emit`: an executable if `-o` is given, else `flow`.
+        #[arg(long, value_enum)]
+        emit: Option<compile::Emit>,
+        /// Where to write (an executable without `--emit`); standard output if absent.
+        #[arg(short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Compile for any CPU of this architecture (no `-march=native`).
+        #[arg(long)]
+        portable: bool,
     },
     /// Check a conformance file: every `expr ===> expected` assertion must hold.
     Check {
@@ -100,8 +114,17 @@ fn dispatch(cli: Cli) -> u8 {
             interp,
             engine,
             max_steps,
+            portable,
         } => {
-            let engine = if interp { Engine::Eval } else { engine };
+            let engine = match engine {
+                _ if interp => Engine::Eval,
+                Engine::Native if max_steps.is_some() => Engine::Eval,
+                e => e,
+            };
+            if engine == Engine::Native {
+                let opts = native::CcOptions { native: !portable };
+                return run_native(&file, &include, opts);
+            }
             run(&file, &include, max_steps, engine)
         }
         Command::Check {
@@ -114,7 +137,12 @@ fn dispatch(cli: Cli) -> u8 {
             file,
             include,
             emit,
-        } => compile::compile(&file, &include, emit),
+            output,
+            portable,
+        } => {
+            let opts = native::CcOptions { native: !portable };
+            compile::compile(&file, &include, emit, output.as_deref(), opts)
+        }
     }
 }
 
@@ -142,6 +170,8 @@ pub(crate) fn prepare(
 /// The ways to run a program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
+    /// Native code: flow analysis, specialisation, C, the system C compiler.
+    Native,
     /// The reference evaluator.
     Eval,
     /// Flow analysis, specialisation, and the executor of the specialised program.
@@ -156,7 +186,8 @@ pub(crate) fn evaluate(
     max_steps: Option<u64>,
 ) -> Result<vlad_eval::value::Value, vlad_eval::EvalError> {
     match engine {
-        Engine::Eval => ev.eval(core),
+        // `check` runs each assertion alone; native code runs whole programs (`run_native`).
+        Engine::Eval | Engine::Native => ev.eval(core),
         Engine::Ir => {
             let compiled = {
                 let mut analysis = vlad_flow::Analysis::new(ev);
@@ -172,6 +203,25 @@ pub(crate) fn evaluate(
             exec.run(program.entries[0])
         }
     }
+}
+
+/// `vlad run` with native code: compile (or find in the cache) and run; fall back to the
+/// evaluator, with a one-line note, where the compiler cannot handle the program.
+fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptions) -> u8 {
+    let reason = match native::generate_c(file, include) {
+        Ok(c) => match native::cached_executable(&c, opts) {
+            Ok(exe) => match native::run_executable(&exe) {
+                Ok(code) => return code,
+                Err(e) => e,
+            },
+            Err(e) => e,
+        },
+        Err(native::Failure::Program(code)) => return code,
+        Err(native::Failure::Evaluate) => return run(file, include, None, Engine::Eval),
+        Err(native::Failure::Unsupported(reason)) => reason,
+    };
+    eprintln!("vlad: not compiled to native code ({reason}); running in the evaluator");
+    run(file, include, None, Engine::Eval)
 }
 
 fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {

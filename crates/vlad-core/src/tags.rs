@@ -49,6 +49,11 @@ pub const MAX_TAG_DEPTH: u32 = 14;
 impl Tags {
     pub const EMPTY: Tags = Tags(0);
 
+    /// The packed representation (depth and tags), for code generators that store tags.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
     pub fn depth(self) -> u32 {
         self.0 >> 28
     }

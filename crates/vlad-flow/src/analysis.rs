@@ -109,6 +109,8 @@ pub struct Analysis<'a> {
     pub(crate) bundling: u32,
     /// `VLAD_FLOW_DEBUG` is set: report progress on stderr.
     debug: bool,
+    /// Arithmetic on known reals gives "some real" (the fallback when the precise analysis is too costly).
+    coarse: bool,
     /// Bumped whenever a class or a summary grows; the generation `bundle_memo` is for.
     pub(crate) generation: u64,
     pub(crate) bundle_memo_generation: u64,
@@ -127,6 +129,12 @@ pub struct Analysis<'a> {
     site: Span,
     /// While specialising: the key whose body is walked, and the targets of its call sites.
     pub(crate) recording: Option<(usize, SiteTargets)>,
+    /// While specialising: the abstract value of every expression of the walked body (more
+    /// than one if a shared node is reached with different values).
+    pub(crate) recorded_values: Option<HashMap<ExprId, Vec<Av>>>,
+    /// Give up (with an error) after this instant: `vlad run` falls back to the evaluator
+    /// rather than keep the user waiting on a costly analysis.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// Keys of one code (or one closure and argument shape), and the key that covers them all once
@@ -187,6 +195,7 @@ impl<'a> Analysis<'a> {
             envs_off: false,
             bundling: 0,
             debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
+            coarse: std::env::var_os("VLAD_FLOW_COARSE").is_some(),
             generation: 0,
             bundle_memo_generation: 0,
             per_code: HashMap::new(),
@@ -198,7 +207,20 @@ impl<'a> Analysis<'a> {
             evals: 0,
             site: Span::NONE,
             recording: None,
+            recorded_values: None,
+            deadline: None,
         }
+    }
+
+    /// One level of a lazy zero computed (`Av::Zero` to what it stands for); other values as
+    /// they are. For code generators, after the analysis.
+    pub fn force_av(&mut self, v: &Av) -> Result<Av, FlowError> {
+        self.force(v)
+    }
+
+    /// A constant lifted through AD tags, as transformed code sees it (for code generators).
+    pub fn lift_av(&mut self, v: Av, tags: Tags) -> Result<Av, FlowError> {
+        self.lift(v, tags)
     }
 
     /// The innermost source position being analysed.
@@ -252,6 +274,14 @@ impl<'a> Analysis<'a> {
                 ));
             }
             self.queued[k] = false;
+            if self.evals.is_multiple_of(256)
+                && self.deadline.is_some_and(|d| std::time::Instant::now() > d)
+            {
+                return self.fail(format!(
+                    "the flow analysis ran out of time ({} specialisations so far)",
+                    self.keys.len()
+                ));
+            }
             if self.debug && self.evals.is_multiple_of(1000) {
                 let mut depths = vec![0usize; vlad_core::tags::MAX_TAG_DEPTH as usize + 1];
                 for c in 0..self.codes.len() {
@@ -553,6 +583,17 @@ impl<'a> Analysis<'a> {
     }
 
     fn eval(&mut self, e: ExprId, env: &mut Vec<(Var, Av)>) -> R<Av> {
+        let v = self.eval_node(e, env)?;
+        if let Some(values) = &mut self.recorded_values {
+            let seen = values.entry(e).or_default();
+            if !seen.contains(&v) {
+                seen.push(v.clone());
+            }
+        }
+        Ok(v)
+    }
+
+    fn eval_node(&mut self, e: ExprId, env: &mut Vec<(Var, Av)>) -> R<Av> {
         Ok(match self.ev.arena.get(e).clone() {
             Expr::Var(v) => Self::lookup(env, v),
             Expr::Const(d, tags) => self.lift(datum_av(&d), tags)?,
@@ -788,6 +829,8 @@ impl<'a> Analysis<'a> {
                     return Ok(Av::Bottom);
                 };
                 match (x, y) {
+                    _ if self.coarse && p.is_comparison() => Av::Bool(None),
+                    _ if self.coarse => Av::real(),
                     (Some(x), Some(y)) if p.is_comparison() => {
                         Av::Bool(Some(vlad_eval::prims::compare(p, x, y)))
                     }
@@ -798,6 +841,7 @@ impl<'a> Analysis<'a> {
             }
             _ if p.is_unary_real() => match real(a) {
                 None => Av::Bottom,
+                Some(Some(_)) if self.coarse => Av::real(),
                 Some(Some(x)) => Av::known_real(vlad_eval::prims::arith(p, x, 0.0)),
                 Some(None) => Av::real(),
             },

@@ -14,6 +14,10 @@ use vlad_core::{ExprId, Var};
 /// The target of each call site (key, node) of the specialised program.
 pub type Targets = HashMap<(usize, ExprId), Target>;
 
+/// The abstract value of each expression (key, node) of the specialised program; a node that a
+/// body reaches with different values (a shared subexpression) has them all.
+pub type Values = HashMap<(usize, ExprId), Vec<Av>>;
+
 /// One specialised function.
 #[derive(Clone, Debug)]
 pub struct Fun {
@@ -31,6 +35,7 @@ pub struct Program {
     pub code_index: HashMap<(Vec<Var>, Vec<ExprId>, u32), CodeId>,
     pub funs: Vec<Option<Fun>>,
     pub targets: Targets,
+    pub values: Values,
     pub entries: Vec<usize>,
 }
 
@@ -55,10 +60,11 @@ impl Program {
 
 impl Analysis<'_> {
     /// The reachable keys from `entries` and the targets of their call sites.
-    fn walk(&mut self, entries: &[usize]) -> Result<(Vec<bool>, Targets), FlowError> {
+    fn walk(&mut self, entries: &[usize]) -> Result<(Vec<bool>, Targets, Values), FlowError> {
         let mut reachable = vec![false; self.keys.len()];
         let mut work: Vec<usize> = entries.to_vec();
         let mut targets: Targets = HashMap::new();
+        let mut values: Values = HashMap::new();
         while let Some(k) = work.pop() {
             if k >= reachable.len() {
                 reachable.resize(k + 1, false);
@@ -68,9 +74,12 @@ impl Analysis<'_> {
             }
             reachable[k] = true;
             self.recording = Some((k, HashMap::new()));
+            self.recorded_values = Some(HashMap::new());
             let r = self.eval_key(k);
             let (_, table) = self.recording.take().expect("recording");
+            let vals = self.recorded_values.take().expect("recording");
             r?;
+            values.extend(vals.into_iter().map(|(e, v)| ((k, e), v)));
             for (site, mut ts) in table {
                 let t = ts.pop().unwrap_or(Target::Unreachable);
                 if ts.iter().any(|u| *u != t) {
@@ -84,7 +93,7 @@ impl Analysis<'_> {
             }
         }
         reachable.resize(self.keys.len(), false);
-        Ok((reachable, targets))
+        Ok((reachable, targets, values))
     }
 
     /// Specialises the analysed program, starting from the keys of its top-level expressions.
@@ -96,7 +105,7 @@ impl Analysis<'_> {
         // evaluated that body), analyse again and walk again. Keys only accumulate and results
         // only grow, so this ends. The same if a walk grows a class of boxed procedures or a
         // summary of their environments (dispatches read them).
-        let (reachable, targets) = loop {
+        let (reachable, targets, values) = loop {
             let known = (self.keys.len(), self.generation);
             let walked = self.walk(entries)?;
             self.classes_grown();
@@ -135,6 +144,7 @@ impl Analysis<'_> {
             code_index,
             funs,
             targets,
+            values,
             entries: entries.to_vec(),
         })
     }

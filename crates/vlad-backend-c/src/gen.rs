@@ -1,0 +1,1689 @@
+//! Code generation: one C function per specialised function, values as flat lists of leaves.
+//! See the crate documentation for the representation.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use vlad_core::{Expr, ExprId, Pattern, Prim, Span, Tag, Var};
+use vlad_flow::analysis::datum_av;
+use vlad_flow::{Analysis, Av, Boxed, Program, Target};
+
+/// Why a program cannot be compiled to C (yet); `vlad run` says this and falls back to the
+/// evaluator.
+#[derive(Clone, Debug)]
+pub struct Unsupported {
+    pub span: Span,
+    pub reason: String,
+}
+
+type R<T> = Result<T, Unsupported>;
+
+/// One scalar of a flat value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Leaf {
+    /// "Some real": a `double`.
+    D,
+    /// "Some boolean": a `long` (0 or 1).
+    B,
+    /// A boxed value: a `V` (pointer to a runtime object).
+    V,
+}
+
+impl Leaf {
+    fn ctype(self) -> &'static str {
+        match self {
+            Leaf::D => "double",
+            Leaf::B => "long",
+            Leaf::V => "V",
+        }
+    }
+
+    fn letter(self) -> char {
+        match self {
+            Leaf::D => 'd',
+            Leaf::B => 'b',
+            Leaf::V => 'v',
+        }
+    }
+
+    /// The field of a runtime slot (`vl_slot`) that holds this leaf.
+    fn slot(self) -> &'static str {
+        match self {
+            Leaf::D => "d",
+            Leaf::B => "b",
+            Leaf::V => "v",
+        }
+    }
+
+    /// A placeholder of this type (for code after a call that never returns).
+    fn dummy(self) -> &'static str {
+        match self {
+            Leaf::D => "0.0",
+            Leaf::B => "0",
+            Leaf::V => "vl_nil",
+        }
+    }
+}
+
+/// A value in generated code: its abstract value and the C expressions of its leaves (names of
+/// C variables or literals, cheap to repeat).
+#[derive(Clone, Debug)]
+struct Val {
+    av: Av,
+    leaves: Vec<String>,
+}
+
+impl Val {
+    fn known(av: Av) -> Val {
+        Val {
+            av,
+            leaves: Vec::new(),
+        }
+    }
+}
+
+/// The code numbers of primitives in a dispatch `switch` (closures use their code number).
+fn prim_case(p: Prim) -> i64 {
+    -1 - Prim::ALL.iter().position(|q| *q == p).expect("a primitive") as i64
+}
+
+fn prim_index(p: Prim) -> usize {
+    Prim::ALL.iter().position(|q| *q == p).expect("a primitive")
+}
+
+fn tag_index(t: Tag) -> u32 {
+    t as u32
+}
+
+/// A C double literal with exactly the value `x`.
+fn real_literal(x: f64) -> String {
+    if x.is_nan() {
+        "NAN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+    } else {
+        // Rust's `{:e}` is the shortest representation that reads back as `x`.
+        format!("({x:e})")
+    }
+}
+
+fn c_string(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '?' => {
+                let _ = write!(o, "\\{:03o}", c as u32);
+            }
+            c if c.is_ascii() => o.push(c),
+            c => {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    let _ = write!(o, "\\{byte:03o}");
+                }
+            }
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// The rendered error position of a source span: the text before the message (`path:line:col:
+/// error: `) and the source excerpt after it; `None` for no position.
+pub type SiteRenderer<'r> = &'r dyn Fn(Span) -> Option<(String, String)>;
+
+struct Gen<'g, 'a> {
+    an: &'g mut Analysis<'a>,
+    prog: &'g Program,
+    boxed: Boxed,
+    render: SiteRenderer<'g>,
+    structs: HashMap<Vec<Leaf>, String>,
+    struct_defs: String,
+    sites: Vec<(String, String)>,
+    site_ids: HashMap<Span, usize>,
+    /// The body of the function being generated.
+    body: String,
+    indent: usize,
+    tmp: usize,
+    /// The key whose body is generated (its recorded values).
+    key: usize,
+    /// The innermost source position, for `Unsupported`.
+    span: Span,
+}
+
+/// Generates the C program (the runtime included) for the specialised `prog` of `an`; `render`
+/// gives the position text of error sites.
+pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>) -> R<String> {
+    let boxed = an.boxed_snapshot();
+    let mut g = Gen {
+        an,
+        prog,
+        boxed,
+        render,
+        structs: HashMap::new(),
+        struct_defs: String::new(),
+        sites: vec![("vlad: error: ".into(), String::new())],
+        site_ids: HashMap::new(),
+        body: String::new(),
+        indent: 1,
+        tmp: 0,
+        key: usize::MAX,
+        span: Span::NONE,
+    };
+    let mut protos = String::new();
+    let mut funs = String::new();
+    for (k, f) in prog.funs.iter().enumerate() {
+        if f.is_none() {
+            continue;
+        }
+        let (sig, text) = g.function(k)?;
+        let _ = writeln!(protos, "{sig};");
+        funs.push_str(&text);
+    }
+    // The entry point: each top-level expression in order, its value printed.
+    g.body.clear();
+    g.key = usize::MAX;
+    for &k in &prog.entries {
+        let v = g.call_fun(k, Vec::new(), Vec::new())?;
+        if v.av == Av::Bottom {
+            continue;
+        }
+        if let Some(text) = known_text(&v.av) {
+            // Printed at compile time (a constant list may be long).
+            g.line(format!("puts({});", c_string(&text)));
+            continue;
+        }
+        let b = g.boxed_val(&v)?;
+        g.line(format!("vl_print_line({b});"));
+    }
+    let main = format!("static void vl_program(void) {{\n{}}}\n", g.body);
+
+    let mut out = String::new();
+    out.push_str("/* Generated by vlad from the specialised program. */\n");
+    out.push_str(crate::RUNTIME);
+    out.push_str("\nstatic const char *vl_prim_names[] = {");
+    for p in Prim::ALL {
+        let _ = write!(out, "{}, ", c_string(p.name()));
+    }
+    out.push_str("};\nstatic const vl_site_t vl_sites[] = {\n");
+    for (prefix, excerpt) in &g.sites {
+        let _ = writeln!(out, "  {{{}, {}}},", c_string(prefix), c_string(excerpt));
+    }
+    out.push_str("};\n\n");
+    out.push_str(&g.struct_defs);
+    out.push_str(&protos);
+    out.push('\n');
+    out.push_str(&funs);
+    out.push_str(&main);
+    Ok(out)
+}
+
+impl Gen<'_, '_> {
+    fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
+        Err(Unsupported {
+            span: self.span,
+            reason: what.into(),
+        })
+    }
+
+    fn line(&mut self, s: impl AsRef<str>) {
+        for _ in 0..self.indent {
+            self.body.push_str("  ");
+        }
+        self.body.push_str(s.as_ref());
+        self.body.push('\n');
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.tmp += 1;
+        format!("{prefix}{}", self.tmp)
+    }
+
+    /// The index of the error site of `span` in the site table (-1: the last user call site,
+    /// for errors inside built-in code).
+    fn site(&mut self, span: Span) -> i64 {
+        if !vlad_eval::machine::is_user_span(span) {
+            return -1;
+        }
+        if let Some(i) = self.site_ids.get(&span) {
+            return *i as i64;
+        }
+        let Some(text) = (self.render)(span) else {
+            return 0;
+        };
+        let i = self.sites.len();
+        self.sites.push(text);
+        self.site_ids.insert(span, i);
+        i as i64
+    }
+
+    // ------------------------------------------------------------------ layouts
+
+    fn layout(&self, av: &Av) -> R<Vec<Leaf>> {
+        let mut out = Vec::new();
+        self.layout_into(av, &mut out)?;
+        Ok(out)
+    }
+
+    fn layout_into(&self, av: &Av, out: &mut Vec<Leaf>) -> R<()> {
+        match av {
+            Av::Bottom | Av::Nil | Av::Bool(Some(_)) | Av::Real(Some(_)) | Av::Prim(_) => {}
+            Av::Bool(None) => out.push(Leaf::B),
+            Av::Real(None) => out.push(Leaf::D),
+            Av::Pair(_, a, b) | Av::Bundle(a, b) => {
+                self.layout_into(a, out)?;
+                self.layout_into(b, out)?;
+            }
+            Av::Closure(_, env) => {
+                for x in env.iter() {
+                    self.layout_into(x, out)?;
+                }
+            }
+            Av::Tagged(_, x) => self.layout_into(x, out)?,
+            Av::Zero(of) => {
+                if !static_zero(of) {
+                    return self.unsupported("a lazy zero sensitivity of an array or boxed value");
+                }
+            }
+            Av::Array(..) => return self.unsupported("arrays"),
+            Av::Dyn(_) => out.push(Leaf::V),
+        }
+        Ok(())
+    }
+
+    /// The leaves of the parts `avs` of a value whose leaves are `leaves`, in order.
+    fn split(&self, avs: &[&Av], leaves: &[String]) -> R<Vec<Vec<String>>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for av in avs {
+            let n = self.layout(av)?.len();
+            if at + n > leaves.len() {
+                return self.unsupported("internal: a value with too few leaves");
+            }
+            out.push(leaves[at..at + n].to_vec());
+            at += n;
+        }
+        Ok(out)
+    }
+
+    /// The struct that returns a result of these leaves.
+    fn result_struct(&mut self, layout: &[Leaf]) -> String {
+        if let Some(s) = self.structs.get(layout) {
+            return s.clone();
+        }
+        let name: String = layout.iter().map(|l| l.letter()).collect();
+        let name = format!("struct r_{name}");
+        let mut def = format!("{name} {{");
+        for (i, l) in layout.iter().enumerate() {
+            let _ = write!(def, " {} f{i};", l.ctype());
+        }
+        def.push_str(" };\n");
+        self.struct_defs.push_str(&def);
+        self.structs.insert(layout.to_vec(), name.clone());
+        name
+    }
+
+    /// C variables holding a value of `layout`, declared (uninitialised) here.
+    fn temps(&mut self, layout: &[Leaf]) -> Vec<String> {
+        layout
+            .iter()
+            .map(|l| {
+                let t = self.fresh("t");
+                self.line(format!("{} {t};", l.ctype()));
+                t
+            })
+            .collect()
+    }
+
+    fn assign(&mut self, dst: &[String], src: &[String]) {
+        for (d, s) in dst.iter().zip(src) {
+            if d != s {
+                self.line(format!("{d} = {s};"));
+            }
+        }
+    }
+
+    /// Evaluates each leaf expression once into a variable (literals and variables stay).
+    fn bind_leaves(&mut self, layout: &[Leaf], leaves: Vec<String>) -> Vec<String> {
+        leaves
+            .into_iter()
+            .zip(layout)
+            .map(|(e, l)| {
+                if is_simple(&e) {
+                    e
+                } else {
+                    let t = self.fresh("t");
+                    self.line(format!("{} {t} = {e};", l.ctype()));
+                    t
+                }
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------------ functions
+
+    fn fun(&self, k: usize) -> R<&vlad_flow::specialise::Fun> {
+        match self.prog.funs.get(k) {
+            Some(Some(f)) => Ok(f),
+            _ => self.unsupported(format!("internal: function {k} was not specialised")),
+        }
+    }
+
+    fn return_type(&mut self, layout: &[Leaf]) -> String {
+        match layout.len() {
+            0 => "void".into(),
+            1 => layout[0].ctype().into(),
+            _ => self.result_struct(layout),
+        }
+    }
+
+    /// The C function of key `k`: its signature and its text.
+    fn function(&mut self, k: usize) -> R<(String, String)> {
+        let f = self.fun(k)?.clone();
+        let code = self.prog.codes[f.code.0 as usize].clone();
+        let Expr::Lambda(pattern, body, span) = self.an.ev.arena.get(code.lambda()).clone() else {
+            return self.unsupported("internal: a code that is not a lambda");
+        };
+        self.span = span;
+        self.key = k;
+        self.body.clear();
+        self.indent = 1;
+        let mut params = Vec::new();
+        let mut env: Vec<(Var, Val)> = Vec::new();
+        let mut env_leaves = Vec::new();
+        for (i, (v, av)) in code.free.iter().zip(f.env.iter()).enumerate() {
+            let leaves: Vec<String> = self
+                .layout(av)?
+                .iter()
+                .enumerate()
+                .map(|(j, l)| {
+                    let name = format!("e{i}_{j}");
+                    params.push(format!("{} {name}", l.ctype()));
+                    name
+                })
+                .collect();
+            env_leaves.extend(leaves.iter().cloned());
+            env.push((
+                *v,
+                Val {
+                    av: av.clone(),
+                    leaves,
+                },
+            ));
+        }
+        for (j, name) in code.names.iter().enumerate() {
+            let Some(sib) = self.prog.code_of(&code.names, &code.lambdas, j as u32) else {
+                return self.unsupported("internal: a letrec member without a code");
+            };
+            env.push((
+                *name,
+                Val {
+                    av: Av::Closure(sib, f.env.clone()),
+                    leaves: env_leaves.clone(),
+                },
+            ));
+        }
+        let arg_leaves: Vec<String> = self
+            .layout(&f.arg)?
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                let name = format!("a{j}");
+                params.push(format!("{} {name}", l.ctype()));
+                name
+            })
+            .collect();
+        let arg = Val {
+            av: f.arg.clone(),
+            leaves: arg_leaves,
+        };
+        let result_layout = self.layout(&f.result)?;
+        let ret = self.return_type(&result_layout);
+        let sig = format!(
+            "static {ret} f{k}({})",
+            if params.is_empty() {
+                "void".to_string()
+            } else {
+                params.join(", ")
+            }
+        );
+        // A parameter pattern fails at the call site (the evaluator's position).
+        let r = if self.bind(&pattern, arg, &mut env, Span::NONE)? {
+            let v = self.expr(body, &mut env)?;
+            if v.av == Av::Bottom {
+                None
+            } else {
+                Some(self.coerce(v, &f.result)?)
+            }
+        } else {
+            None
+        };
+        match (r, result_layout.len()) {
+            (_, 0) => {}
+            (Some(v), 1) => self.line(format!("return {};", v.leaves[0])),
+            (Some(v), _) => self.line(format!("return ({ret}){{{}}};", v.leaves.join(", "))),
+            // The body never returns (it always fails): keep the C compiler quiet.
+            (None, _) => self.line(format!("{ret} r_; memset(&r_, 0, sizeof r_); return r_;")),
+        }
+        let text = format!("{sig} {{\n{}}}\n\n", self.body);
+        Ok((sig, text))
+    }
+
+    /// A call of the function of key `k` with these environment and argument leaves (already
+    /// in its layouts).
+    fn call_fun(&mut self, k: usize, env: Vec<String>, arg: Vec<String>) -> R<Val> {
+        let f = self.fun(k)?.clone();
+        let layout = self.layout(&f.result)?;
+        let args: Vec<String> = env.into_iter().chain(arg).collect();
+        let call = format!("f{k}({})", args.join(", "));
+        let leaves = match layout.len() {
+            0 => {
+                self.line(format!("{call};"));
+                Vec::new()
+            }
+            1 => {
+                let t = self.fresh("t");
+                self.line(format!("{} {t} = {call};", layout[0].ctype()));
+                vec![t]
+            }
+            n => {
+                let s = self.result_struct(&layout);
+                let t = self.fresh("t");
+                self.line(format!("{s} {t} = {call};"));
+                (0..n).map(|i| format!("{t}.f{i}")).collect()
+            }
+        };
+        Ok(Val {
+            av: f.result,
+            leaves,
+        })
+    }
+
+    // ------------------------------------------------------------------ expressions
+
+    /// The abstract value the analysis recorded for node `e` of the current body (`None`: the
+    /// node is never evaluated).
+    fn recorded(&self, e: ExprId) -> R<Option<Av>> {
+        match self.prog.values.get(&(self.key, e)) {
+            None => Ok(None),
+            Some(vs) if vs.len() == 1 => Ok(Some(vs[0].clone())),
+            Some(_) => self.unsupported("a shared subexpression with different abstract values"),
+        }
+    }
+
+    fn expr(&mut self, e: ExprId, env: &mut Vec<(Var, Val)>) -> R<Val> {
+        let Some(av) = self.recorded(e)? else {
+            self.line("vl_fail_internal(\"reached code the analysis found unreachable\");");
+            return Ok(Val::known(Av::Bottom));
+        };
+        let node = self.an.ev.arena.get(e).clone();
+        let v = match node {
+            Expr::Var(x) => {
+                let v = lookup(env, x)?;
+                if v.av != av && std::env::var_os("VLAD_C_DEBUG").is_some() {
+                    eprintln!(
+                        "var {} in f{}: bound to {:?}, recorded {:?}",
+                        self.an.ev.arena.var_name(x),
+                        self.key,
+                        v.av,
+                        av
+                    );
+                }
+                v
+            }
+            Expr::Const(..) | Expr::Prim(..) => {
+                if !self.layout(&av)?.is_empty() {
+                    return self.unsupported("a constant that is not known");
+                }
+                Val::known(av.clone())
+            }
+            Expr::Lambda(..) => {
+                let Av::Closure(_, fields) = &av else {
+                    return self.unsupported("internal: a lambda that is not a closure");
+                };
+                let free = self.an.ev.arena.free_vars(e);
+                let mut leaves = Vec::new();
+                for (x, want) in free.iter().zip(fields.iter()) {
+                    let v = lookup(env, *x)?;
+                    leaves.extend(self.coerce(v, want)?.leaves);
+                }
+                return Ok(Val { av, leaves });
+            }
+            Expr::App(f, a, span) => {
+                let fv = self.expr(f, env)?;
+                let argv = self.expr(a, env)?;
+                if fv.av == Av::Bottom || argv.av == Av::Bottom {
+                    return Ok(Val::known(Av::Bottom));
+                }
+                self.span = span;
+                let site = self.site(span);
+                if site > 0 {
+                    self.line(format!("vl_site = {site};"));
+                }
+                let Some(target) = self.prog.targets.get(&(self.key, e)).cloned() else {
+                    return self.unsupported("internal: a call site without a target");
+                };
+                self.apply(&target, fv, argv, &av, site)?
+            }
+            Expr::Cons(_, a, b) => {
+                let x = self.expr(a, env)?;
+                let y = self.expr(b, env)?;
+                let mut leaves = x.leaves;
+                leaves.extend(y.leaves);
+                return Ok(Val { av, leaves });
+            }
+            Expr::Letrec(bs, body) => {
+                let names: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
+                let lambdas: Vec<ExprId> = bs.iter().map(|(_, l)| *l).collect();
+                let Some(c0) = self.prog.code_of(&names, &lambdas, 0) else {
+                    return self.unsupported("internal: a letrec without a code");
+                };
+                let free = self.prog.codes[c0.0 as usize].free.clone();
+                let mut avs = Vec::new();
+                let mut leaves = Vec::new();
+                for x in free.iter() {
+                    let v = lookup(env, *x)?;
+                    avs.push(v.av.clone());
+                    leaves.extend(v.leaves);
+                }
+                let avs: std::rc::Rc<[Av]> = avs.into();
+                let mark = env.len();
+                for (j, name) in names.iter().enumerate() {
+                    let Some(c) = self.prog.code_of(&names, &lambdas, j as u32) else {
+                        return self.unsupported("internal: a letrec member without a code");
+                    };
+                    env.push((
+                        *name,
+                        Val {
+                            av: Av::Closure(c, avs.clone()),
+                            leaves: leaves.clone(),
+                        },
+                    ));
+                }
+                let r = self.expr(body, env);
+                env.truncate(mark);
+                r?
+            }
+            Expr::Let(p, x, body, span) => {
+                let xv = self.expr(x, env)?;
+                if xv.av == Av::Bottom {
+                    return Ok(Val::known(Av::Bottom));
+                }
+                self.span = span;
+                let mark = env.len();
+                let r = if self.bind(&p, xv, env, span)? {
+                    self.expr(body, env)
+                } else {
+                    Ok(Val::known(Av::Bottom))
+                };
+                env.truncate(mark);
+                r?
+            }
+            Expr::If(c, a, b) => {
+                let cv = self.expr(c, env)?;
+                if cv.av == Av::Bottom {
+                    return Ok(Val::known(Av::Bottom));
+                }
+                let test = self.truth(&cv)?;
+                let cond = test.clone().unwrap_or_default();
+                let test = match test.as_deref() {
+                    Some("1") => Some(true),
+                    Some("0") => Some(false),
+                    _ => None,
+                };
+                match test {
+                    Some(true) => self.expr(a, env)?,
+                    Some(false) => self.expr(b, env)?,
+                    None => {
+                        let layout = self.layout(&av)?;
+                        let out = self.temps(&layout);
+                        self.line(format!("if ({cond}) {{"));
+                        self.indent += 1;
+                        let x = self.expr(a, env)?;
+                        if x.av != Av::Bottom {
+                            let x = self.coerce(x, &av)?;
+                            self.assign(&out, &x.leaves);
+                        }
+                        self.indent -= 1;
+                        self.line("} else {");
+                        self.indent += 1;
+                        let y = self.expr(b, env)?;
+                        if y.av != Av::Bottom {
+                            let y = self.coerce(y, &av)?;
+                            self.assign(&out, &y.leaves);
+                        }
+                        self.indent -= 1;
+                        self.line("}");
+                        return Ok(Val { av, leaves: out });
+                    }
+                }
+            }
+        };
+        if v.av == Av::Bottom {
+            return Ok(v);
+        }
+        self.coerce(v, &av)
+    }
+
+    /// Binds a pattern (the evaluator's checks and errors); `false` if it can never match (the
+    /// generated code fails there).
+    fn bind(&mut self, p: &Pattern, v: Val, env: &mut Vec<(Var, Val)>, span: Span) -> R<bool> {
+        if let Pattern::Var(x) = p {
+            env.push((*x, v));
+            return Ok(true);
+        }
+        let site = self.site(span);
+        let v = self.force(v)?;
+        match p {
+            Pattern::Var(_) => unreachable!("handled above"),
+            Pattern::Const(d, tags) => {
+                let c = self.an.lift_av(datum_av(d), *tags).map_err(flow_error)?;
+                let test = self.const_test(&c, &v)?;
+                if test == "1" {
+                    return Ok(true);
+                }
+                let cb = self.boxed_val(&Val::known(c))?;
+                let b = self.boxed_val(&v)?;
+                self.line(format!(
+                    "if (!({test})) vl_fail_mismatch({site}, {cb}, {b});"
+                ));
+                Ok(test != "0")
+            }
+            Pattern::Cons(tags, a, b) => match &v.av {
+                Av::Pair(t, x, y) if t == tags => {
+                    let parts = self.split(&[x, y], &v.leaves)?;
+                    let x = Val {
+                        av: (**x).clone(),
+                        leaves: parts[0].clone(),
+                    };
+                    let y = Val {
+                        av: (**y).clone(),
+                        leaves: parts[1].clone(),
+                    };
+                    Ok(self.bind(a, x, env, span)? && self.bind(b, y, env, span)?)
+                }
+                Av::Dyn(_) => {
+                    let car = self.fresh("t");
+                    let cdr = self.fresh("t");
+                    self.line(format!(
+                        "V {car} = vl_car({}, {}u, {site}), {cdr} = {}->s[1].v;",
+                        v.leaves[0],
+                        tags.bits(),
+                        v.leaves[0]
+                    ));
+                    let x = Val {
+                        av: v.av.clone(),
+                        leaves: vec![car],
+                    };
+                    let y = Val {
+                        av: v.av.clone(),
+                        leaves: vec![cdr],
+                    };
+                    Ok(self.bind(a, x, env, span)? && self.bind(b, y, env, span)?)
+                }
+                _ => {
+                    let what = match tags.top() {
+                        None => "a pair".to_string(),
+                        Some(t) => format!("a {} pair", t.name()),
+                    };
+                    let b = self.boxed_val(&v)?;
+                    self.line(format!(
+                        "vl_fail_value({site}, {}, {b}, \"\");",
+                        c_string(&format!("pattern mismatch: expected {what}, got "))
+                    ));
+                    Ok(false)
+                }
+            },
+        }
+    }
+
+    /// A C condition: `v` equals the constant `c` (the evaluator's `equal_data`); "1" or "0"
+    /// when known.
+    fn const_test(&mut self, c: &Av, v: &Val) -> R<String> {
+        let v = self.force(v.clone())?;
+        let both = |s: &mut Self, x: String, y: String| -> String {
+            let _ = s;
+            match (x.as_str(), y.as_str()) {
+                ("0", _) | (_, "0") => "0".into(),
+                ("1", _) => y,
+                (_, "1") => x,
+                _ => format!("({x} && {y})"),
+            }
+        };
+        Ok(match (c, &v.av) {
+            (Av::Real(Some(x)), Av::Real(Some(y))) => ((x.get() == y.get()) as u8).to_string(),
+            (Av::Real(Some(x)), Av::Real(None)) => {
+                format!("({} == {})", v.leaves[0], real_literal(x.get()))
+            }
+            (Av::Bool(Some(a)), Av::Bool(Some(b))) => ((a == b) as u8).to_string(),
+            (Av::Bool(Some(a)), Av::Bool(None)) => format!("({} == {})", v.leaves[0], *a as u8),
+            (Av::Nil, Av::Nil) => "1".into(),
+            (Av::Pair(t, a, b), Av::Pair(u, x, y)) if t == u => {
+                let ps = self.parts(&v, &[x, y])?;
+                let l = self.const_test(a, &ps[0])?;
+                let r = self.const_test(b, &ps[1])?;
+                both(self, l, r)
+            }
+            (Av::Bundle(a, b), Av::Bundle(x, y)) => {
+                let ps = self.parts(&v, &[x, y])?;
+                let l = self.const_test(a, &ps[0])?;
+                let r = self.const_test(b, &ps[1])?;
+                both(self, l, r)
+            }
+            (Av::Tagged(t, a), Av::Tagged(u, x)) if t == u => {
+                let ps = self.parts(&v, &[x])?;
+                self.const_test(a, &ps[0])?
+            }
+            (Av::Real(Some(x)), Av::Dyn(_)) => format!(
+                "({0}->kind == VL_REAL && {0}->s[0].d == {1})",
+                v.leaves[0],
+                real_literal(x.get())
+            ),
+            (Av::Bool(Some(b)), Av::Dyn(_)) => format!(
+                "({0}->kind == VL_BOOL && {0}->s[0].b == {1})",
+                v.leaves[0], *b as u8
+            ),
+            (Av::Nil, Av::Dyn(_)) => format!("({}->kind == VL_NIL)", v.leaves[0]),
+            (_, Av::Dyn(_)) => {
+                return self.unsupported("a tagged constant pattern on a boxed value")
+            }
+            _ => "0".into(),
+        })
+    }
+
+    /// The truth of a value as a C condition ("1", "0" when known; `None`: no value), as the
+    /// evaluator's `is_true`: everything but `#f` is true, looking through bundles and tags.
+    fn truth(&mut self, v: &Val) -> R<Option<String>> {
+        let v = self.force(v.clone())?;
+        Ok(Some(match &v.av {
+            Av::Bottom => return Ok(None),
+            Av::Bool(Some(b)) => (*b as u8).to_string(),
+            Av::Bool(None) => v.leaves[0].clone(),
+            Av::Dyn(_) => format!("vl_truthy({})", v.leaves[0]),
+            Av::Bundle(p, t) => {
+                let ps = self.parts(&v, &[p, t])?;
+                return self.truth(&ps[0]);
+            }
+            Av::Tagged(_, x) => {
+                let ps = self.parts(&v, &[x])?;
+                return self.truth(&ps[0]);
+            }
+            _ => "1".into(),
+        }))
+    }
+
+    /// A lazy zero computed one level (it has no leaves).
+    fn force(&mut self, v: Val) -> R<Val> {
+        match &v.av {
+            Av::Zero(_) => Ok(Val::known(self.an.force_av(&v.av).map_err(flow_error)?)),
+            _ => Ok(v),
+        }
+    }
+
+    // ------------------------------------------------------------------ conversions
+
+    /// `v` in the layout of `to`, an abstract value that contains `v.av`: constants
+    /// materialised, parts boxed.
+    fn coerce(&mut self, v: Val, to: &Av) -> R<Val> {
+        if v.av == *to {
+            return Ok(v);
+        }
+        let leaves = self.coerce_leaves(&v.av, &v.leaves, to)?;
+        Ok(Val {
+            av: to.clone(),
+            leaves,
+        })
+    }
+
+    fn coerce_leaves(&mut self, from: &Av, leaves: &[String], to: &Av) -> R<Vec<String>> {
+        if from == to {
+            return Ok(leaves.to_vec());
+        }
+        if *from == Av::Bottom {
+            return Ok(self
+                .layout(to)?
+                .iter()
+                .map(|l| l.dummy().to_string())
+                .collect());
+        }
+        Ok(match (from, to) {
+            (_, Av::Dyn(_)) => {
+                let b = self.boxed_val(&Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                })?;
+                vec![b]
+            }
+            (Av::Real(Some(x)), Av::Real(None)) => vec![real_literal(x.get())],
+            (Av::Bool(Some(b)), Av::Bool(None)) => vec![(*b as u8).to_string()],
+            (Av::Pair(t, a, b), Av::Pair(u, c, d)) if t == u => {
+                let parts = self.split(&[a, b], leaves)?;
+                let mut out = self.coerce_leaves(a, &parts[0], c)?;
+                out.extend(self.coerce_leaves(b, &parts[1], d)?);
+                out
+            }
+            (Av::Bundle(a, b), Av::Bundle(c, d)) => {
+                let parts = self.split(&[a, b], leaves)?;
+                let mut out = self.coerce_leaves(a, &parts[0], c)?;
+                out.extend(self.coerce_leaves(b, &parts[1], d)?);
+                out
+            }
+            (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => self.coerce_leaves(x, leaves, y)?,
+            (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d && e1.len() == e2.len() => {
+                let parts = self.split(&e1.iter().collect::<Vec<_>>(), leaves)?;
+                let mut out = Vec::new();
+                for ((x, y), l) in e1.iter().zip(e2.iter()).zip(parts) {
+                    out.extend(self.coerce_leaves(x, &l, y)?);
+                }
+                out
+            }
+            (Av::Zero(_), _) => {
+                let forced = self.an.force_av(from).map_err(flow_error)?;
+                self.coerce_leaves(&forced, &[], to)?
+            }
+            _ => {
+                if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                    eprintln!("coerce {from:?}\n  to {to:?}");
+                }
+                return self.unsupported(format!(
+                    "a value that changes layout ({} to {})",
+                    short(from),
+                    short(to)
+                ));
+            }
+        })
+    }
+
+    /// A C expression (a variable) for `v` as a boxed runtime value.
+    fn boxed_val(&mut self, v: &Val) -> R<String> {
+        if v.leaves.is_empty() && !matches!(v.av, Av::Closure(..)) {
+            let mut budget = MAX_BOXED_CONSTANT;
+            if !small(&v.av, &mut budget) {
+                return self.unsupported(format!(
+                    "a constant of more than {MAX_BOXED_CONSTANT} parts to box"
+                ));
+            }
+        }
+        let e = match &v.av {
+            Av::Dyn(_) => return Ok(v.leaves[0].clone()),
+            Av::Bottom => "vl_nil".to_string(),
+            Av::Nil => "vl_nil".into(),
+            Av::Bool(Some(b)) => format!("vl_bool({})", *b as u8),
+            Av::Bool(None) => format!("vl_bool({})", v.leaves[0]),
+            Av::Real(Some(x)) => format!("vl_real({})", real_literal(x.get())),
+            Av::Real(None) => format!("vl_real({})", v.leaves[0]),
+            Av::Prim(p) => format!("vl_prim({})", prim_index(*p)),
+            Av::Pair(t, a, b) => {
+                let parts = self.split(&[a, b], &v.leaves)?;
+                let x = self.boxed_val(&Val {
+                    av: (**a).clone(),
+                    leaves: parts[0].clone(),
+                })?;
+                let y = self.boxed_val(&Val {
+                    av: (**b).clone(),
+                    leaves: parts[1].clone(),
+                })?;
+                format!("vl_pair({}u, {x}, {y})", t.bits())
+            }
+            Av::Bundle(a, b) => {
+                let parts = self.split(&[a, b], &v.leaves)?;
+                let x = self.boxed_val(&Val {
+                    av: (**a).clone(),
+                    leaves: parts[0].clone(),
+                })?;
+                let y = self.boxed_val(&Val {
+                    av: (**b).clone(),
+                    leaves: parts[1].clone(),
+                })?;
+                format!("vl_bundle({x}, {y})")
+            }
+            Av::Tagged(t, x) => {
+                let inner = self.boxed_val(&Val {
+                    av: (**x).clone(),
+                    leaves: v.leaves.clone(),
+                })?;
+                format!("vl_tagged({}, {inner})", tag_index(*t))
+            }
+            Av::Closure(c, env) => {
+                let Some(summary) = self.boxed.envs.get(c).cloned() else {
+                    // Boxed only to be printed or described (a closure that is called boxed
+                    // has a summary): no environment.
+                    let t = self.fresh("b");
+                    self.line(format!("V {t} = vl_obj(VL_CLOSURE, {}u, 0);", c.0));
+                    return Ok(t);
+                };
+                let parts = self.split(&env.iter().collect::<Vec<_>>(), &v.leaves)?;
+                let mut slots = Vec::new();
+                for ((x, want), l) in env.iter().zip(summary.iter()).zip(parts) {
+                    let leaves = self.coerce_leaves(x, &l, want)?;
+                    let layout = self.layout(want)?;
+                    slots.extend(leaves.into_iter().zip(layout));
+                }
+                let t = self.fresh("b");
+                self.line(format!(
+                    "V {t} = vl_obj(VL_CLOSURE, {}u, {});",
+                    c.0,
+                    slots.len()
+                ));
+                for (i, (s, l)) in slots.iter().enumerate() {
+                    self.line(format!("{t}->s[{i}].{} = {s};", l.slot()));
+                }
+                return Ok(t);
+            }
+            Av::Zero(_) => {
+                let forced = self.an.force_av(&v.av).map_err(flow_error)?;
+                return self.boxed_val(&Val::known(forced));
+            }
+            Av::Array(..) => return self.unsupported("boxing an array"),
+        };
+        let t = self.fresh("b");
+        self.line(format!("V {t} = {e};"));
+        Ok(t)
+    }
+
+    // ------------------------------------------------------------------ calls
+
+    fn apply(&mut self, t: &Target, f: Val, a: Val, out: &Av, site: i64) -> R<Val> {
+        match t {
+            Target::Direct(k) => {
+                let fun = self.fun(*k)?.clone();
+                let Av::Closure(_, env) = &f.av else {
+                    return self.unsupported("internal: a direct call of a non-closure");
+                };
+                if env.len() != fun.env.len() {
+                    return self.unsupported("internal: an environment of another layout");
+                }
+                let parts = self.split(&env.iter().collect::<Vec<_>>(), &f.leaves)?;
+                let mut env_leaves = Vec::new();
+                for ((x, want), l) in env.iter().zip(fun.env.iter()).zip(parts) {
+                    env_leaves.extend(self.coerce_leaves(x, &l, want)?);
+                }
+                if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                    eprintln!(
+                        "call f{k} from f{}: arg {:?}\n  fun.arg {:?}\n  result {:?}\n  out {:?}",
+                        self.key, a.av, fun.arg, fun.result, out
+                    );
+                }
+                let arg = self.coerce(a, &fun.arg)?;
+                self.call_fun(*k, env_leaves, arg.leaves)
+            }
+            Target::Prim(p) => self.prim(*p, a, out, site),
+            Target::Dispatch(ts) => self.dispatch(ts, f, a, out, site),
+            Target::IfProc(then, els) => {
+                let a = self.force(a)?;
+                let Av::Pair(_, c, rest) = &a.av else {
+                    return self.unsupported("`if-procedure` on a boxed argument");
+                };
+                let Av::Pair(_, th, el) = &**rest else {
+                    return self.unsupported("`if-procedure` on a boxed argument");
+                };
+                let parts = self.split(&[c, th, el], &a.leaves)?;
+                let cv = Val {
+                    av: (**c).clone(),
+                    leaves: parts[0].clone(),
+                };
+                let thv = Val {
+                    av: (**th).clone(),
+                    leaves: parts[1].clone(),
+                };
+                let elv = Val {
+                    av: (**el).clone(),
+                    leaves: parts[2].clone(),
+                };
+                let cond = self.truth(&cv)?.unwrap_or_default();
+                let test = match cond.as_str() {
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => None,
+                };
+                match test {
+                    Some(true) => self.apply(then, thv, Val::known(Av::Nil), out, site),
+                    Some(false) => self.apply(els, elv, Val::known(Av::Nil), out, site),
+                    None => {
+                        let layout = self.layout(out)?;
+                        let res = self.temps(&layout);
+                        self.line(format!("if ({cond}) {{"));
+                        self.indent += 1;
+                        let x = self.apply(then, thv, Val::known(Av::Nil), out, site)?;
+                        if x.av != Av::Bottom {
+                            let x = self.coerce(x, out)?;
+                            self.assign(&res, &x.leaves);
+                        }
+                        self.indent -= 1;
+                        self.line("} else {");
+                        self.indent += 1;
+                        let y = self.apply(els, elv, Val::known(Av::Nil), out, site)?;
+                        if y.av != Av::Bottom {
+                            let y = self.coerce(y, out)?;
+                            self.assign(&res, &y.leaves);
+                        }
+                        self.indent -= 1;
+                        self.line("}");
+                        Ok(Val {
+                            av: out.clone(),
+                            leaves: res,
+                        })
+                    }
+                }
+            }
+            Target::Build(_) | Target::Ifold(_) => self.unsupported("arrays (`build`, `ifold`)"),
+            Target::NotProcedure => {
+                let b = self.boxed_val(&f)?;
+                self.line(format!(
+                    "vl_fail_value({site}, \"cannot apply \", {b}, \": it is not a procedure\");"
+                ));
+                Ok(Val::known(Av::Bottom))
+            }
+            Target::Unreachable => {
+                self.line("vl_fail_internal(\"a call the analysis found unreachable\");");
+                Ok(Val::known(Av::Bottom))
+            }
+        }
+    }
+
+    /// A call of a boxed procedure: a `switch` over the codes (and primitives) of its class.
+    fn dispatch(&mut self, ts: &[Target], f: Val, a: Val, out: &Av, site: i64) -> R<Val> {
+        if !matches!(f.av, Av::Dyn(_)) {
+            return self.unsupported("internal: a dispatch on an unboxed procedure");
+        }
+        let fv = f.leaves[0].clone();
+        let layout = self.layout(out)?;
+        let res = self.temps(&layout);
+        self.line(format!(
+            "switch ({fv}->kind == VL_CLOSURE ? (long){fv}->aux : {fv}->kind == VL_PRIM ? -1 - (long){fv}->aux : -1000000) {{"
+        ));
+        for t in ts {
+            match t {
+                Target::Direct(k) => {
+                    let fun = self.fun(*k)?.clone();
+                    let Some(summary) = self.boxed.envs.get(&fun.code).cloned() else {
+                        return self.unsupported("internal: a boxed code without a summary");
+                    };
+                    self.line(format!("case {}: {{", fun.code.0));
+                    self.indent += 1;
+                    let mut slot = 0;
+                    let mut env_leaves = Vec::new();
+                    for (s, want) in summary.iter().zip(fun.env.iter()) {
+                        let l = self.layout(s)?;
+                        let leaves: Vec<String> = l
+                            .iter()
+                            .map(|leaf| {
+                                let e = format!("{fv}->s[{slot}].{}", leaf.slot());
+                                slot += 1;
+                                e
+                            })
+                            .collect();
+                        let leaves = self.bind_leaves(&l, leaves);
+                        env_leaves.extend(self.coerce_leaves(s, &leaves, want)?);
+                    }
+                    let arg = self.coerce(a.clone(), &fun.arg)?;
+                    let r = self.call_fun(*k, env_leaves, arg.leaves)?;
+                    if r.av != Av::Bottom {
+                        let r = self.coerce(r, out)?;
+                        self.assign(&res, &r.leaves);
+                    }
+                    self.line("break;");
+                    self.indent -= 1;
+                    self.line("}");
+                }
+                Target::Prim(p) => {
+                    self.line(format!("case {}: {{", prim_case(*p)));
+                    self.indent += 1;
+                    let want = self.prim_result(*p, &a.av)?;
+                    let r = self.prim(*p, a.clone(), &want, site)?;
+                    if r.av != Av::Bottom {
+                        let r = self.coerce(r, out)?;
+                        self.assign(&res, &r.leaves);
+                    }
+                    self.line("break;");
+                    self.indent -= 1;
+                    self.line("}");
+                }
+                _ => return self.unsupported("a boxed higher-order primitive"),
+            }
+        }
+        self.line(format!(
+            "default: vl_fail_value({site}, \"cannot apply \", {fv}, \": it is not a procedure\");"
+        ));
+        self.line("}");
+        Ok(Val {
+            av: out.clone(),
+            leaves: res,
+        })
+    }
+
+    /// The abstract result of primitive `p` on `a` (for a primitive reached by a dispatch,
+    /// whose own result the analysis joined with the others).
+    fn prim_result(&mut self, p: Prim, a: &Av) -> R<Av> {
+        self.an.apply(&Av::Prim(p), a).map_err(flow_error)
+    }
+
+    // ------------------------------------------------------------------ primitives
+
+    /// The real operand `v` as a C expression (`None`: it cannot be a real).
+    fn real_operand(&mut self, v: &Val, p: Prim, site: i64) -> Option<String> {
+        match &v.av {
+            Av::Real(Some(x)) => Some(real_literal(x.get())),
+            Av::Real(None) => Some(v.leaves[0].clone()),
+            Av::Dyn(_) => Some(format!(
+                "vl_to_real({}, {site}, {})",
+                v.leaves[0],
+                c_string(p.name())
+            )),
+            _ => None,
+        }
+    }
+
+    /// The two parts of a primitive's argument pair.
+    fn two(&mut self, a: &Val, site: i64) -> R<Option<(Val, Val)>> {
+        let a = self.force(a.clone())?;
+        Ok(match &a.av {
+            Av::Pair(t, x, y) if t.is_empty() => {
+                let parts = self.split(&[x, y], &a.leaves)?;
+                let x = self.force(Val {
+                    av: (**x).clone(),
+                    leaves: parts[0].clone(),
+                })?;
+                let y = self.force(Val {
+                    av: (**y).clone(),
+                    leaves: parts[1].clone(),
+                })?;
+                Some((x, y))
+            }
+            Av::Dyn(_) => {
+                let car = self.fresh("t");
+                let cdr = self.fresh("t");
+                self.line(format!(
+                    "V {car} = vl_car({}, 0u, {site}), {cdr} = {}->s[1].v;",
+                    a.leaves[0], a.leaves[0]
+                ));
+                Some((
+                    Val {
+                        av: a.av.clone(),
+                        leaves: vec![car],
+                    },
+                    Val {
+                        av: a.av.clone(),
+                        leaves: vec![cdr],
+                    },
+                ))
+            }
+            _ => None,
+        })
+    }
+
+    fn prim(&mut self, p: Prim, a: Val, out: &Av, site: i64) -> R<Val> {
+        let pure_known = !matches!(p, Prim::ReadReal | Prim::WriteReal | Prim::Write)
+            && *out != Av::Bottom
+            && self.layout(out)?.is_empty();
+        if pure_known {
+            return Ok(Val::known(out.clone()));
+        }
+        let real = |leaf: String| Val {
+            av: Av::real(),
+            leaves: vec![leaf],
+        };
+        let boolean = |leaf: String| Val {
+            av: Av::Bool(None),
+            leaves: vec![leaf],
+        };
+        let v = match p {
+            _ if p.is_binary_real() || p.is_comparison() => {
+                let Some((x, y)) = self.two(&a, site)? else {
+                    return self.prim_error(p, &a, site);
+                };
+                let (Some(xs), Some(ys)) = (
+                    self.real_operand(&x, p, site),
+                    self.real_operand(&y, p, site),
+                ) else {
+                    return self.prim_error(p, &a, site);
+                };
+                let op = match p {
+                    Prim::Add => "+",
+                    Prim::Sub => "-",
+                    Prim::Mul => "*",
+                    Prim::Div => "/",
+                    Prim::Eq => "==",
+                    Prim::Lt => "<",
+                    Prim::Gt => ">",
+                    Prim::Le => "<=",
+                    Prim::Ge => ">=",
+                    _ => "",
+                };
+                match p {
+                    Prim::Atan => real(format!("atan2({xs}, {ys})")),
+                    _ if p.is_comparison() => boolean(format!("({xs} {op} {ys})")),
+                    _ => real(format!("({xs} {op} {ys})")),
+                }
+            }
+            _ if p.is_unary_real() => {
+                let a = self.force(a)?;
+                let Some(x) = self.real_operand(&a, p, site) else {
+                    return self.prim_error(p, &a, site);
+                };
+                let f = match p {
+                    Prim::Sqrt => "sqrt",
+                    Prim::Exp => "exp",
+                    Prim::Log => "log",
+                    Prim::Sin => "sin",
+                    Prim::Cos => "cos",
+                    _ => return self.unsupported(format!("the primitive `{}`", p.name())),
+                };
+                real(format!("{f}({x})"))
+            }
+            Prim::IsZero | Prim::IsPositive | Prim::IsNegative => {
+                let a = self.force(a)?;
+                let Some(x) = self.real_operand(&a, p, site) else {
+                    return self.prim_error(p, &a, site);
+                };
+                let op = match p {
+                    Prim::IsZero => "==",
+                    Prim::IsPositive => ">",
+                    _ => "<",
+                };
+                boolean(format!("({x} {op} 0.0)"))
+            }
+            Prim::IsNull | Prim::IsBoolean | Prim::IsReal | Prim::IsPair | Prim::IsProcedure => {
+                let a = self.force(a)?;
+                let Av::Dyn(_) = a.av else {
+                    return self.unsupported("internal: an unknown type predicate");
+                };
+                let x = &a.leaves[0];
+                boolean(match p {
+                    Prim::IsNull => format!("({x}->kind == VL_NIL)"),
+                    Prim::IsBoolean => format!("({x}->kind == VL_BOOL)"),
+                    Prim::IsReal => format!("({x}->kind == VL_REAL)"),
+                    Prim::IsPair => format!("({x}->kind == VL_PAIR && {x}->aux == 0)"),
+                    _ => format!("({x}->kind == VL_CLOSURE || {x}->kind == VL_PRIM)"),
+                })
+            }
+            Prim::Real => {
+                let a = self.force(a)?;
+                let Some(x) = self.real_operand(&a, p, site) else {
+                    return self.prim_error(p, &a, site);
+                };
+                real(x)
+            }
+            Prim::ReadReal => real(format!("vl_read_real({site})")),
+            Prim::WriteReal => {
+                let a = self.force(a)?;
+                let Some(x) = self.real_operand(&a, p, site) else {
+                    return self.prim_error(p, &a, site);
+                };
+                let t = self.fresh("t");
+                self.line(format!("double {t} = vl_write_real({x});"));
+                real(t)
+            }
+            Prim::Write => {
+                let b = self.boxed_val(&a)?;
+                self.line(format!("vl_write_value({b});"));
+                a
+            }
+            _ => return self.ad_prim(p, a, out),
+        };
+        if *out == Av::Bottom {
+            return Ok(Val::known(Av::Bottom));
+        }
+        if self.layout(out)?.is_empty() {
+            // Known at compile time (the effect of an I/O primitive happened above).
+            return Ok(Val::known(out.clone()));
+        }
+        let layout = self.layout(&v.av)?;
+        let leaves = self.bind_leaves(&layout, v.leaves);
+        self.coerce(Val { av: v.av, leaves }, out)
+    }
+
+    /// A primitive applied to an argument it never accepts: the evaluator's error.
+    fn prim_error(&mut self, p: Prim, a: &Val, site: i64) -> R<Val> {
+        let b = self.boxed_val(a)?;
+        let what = if p.is_binary_real() || p.is_comparison() {
+            "two reals"
+        } else {
+            "a real"
+        };
+        self.line(format!(
+            "vl_fail_value({site}, {}, {b}, \"\");",
+            c_string(&format!("`{}` takes {what}, got ", p.name()))
+        ));
+        Ok(Val::known(Av::Bottom))
+    }
+
+    /// The AD operators: maps over layouts (see the crate documentation).
+    fn ad_prim(&mut self, p: Prim, a: Val, out: &Av) -> R<Val> {
+        if *out == Av::Bottom {
+            return self.unsupported(format!("`{}` applied where it fails", p.name()));
+        }
+        let out_layout = self.layout(out)?;
+        if out_layout.is_empty() {
+            return Ok(Val::known(out.clone()));
+        }
+        let a = self.force(a)?;
+        if contains_dyn(&a.av) {
+            return self.unsupported(format!("`{}` of a boxed value", p.name()));
+        }
+        let leaves = match p {
+            Prim::Perturb
+            | Prim::Unperturb
+            | Prim::Sensitize
+            | Prim::Unsensitize
+            | Prim::StarJ
+            | Prim::StarJInverse
+            | Prim::BuildLength
+            | Prim::IfoldCount => a.leaves,
+            Prim::ShallowPrimal => match &a.av {
+                Av::Bundle(x, y) => self.split(&[x, y], &a.leaves)?.swap_remove(0),
+                _ => a.leaves,
+            },
+            Prim::Primal | Prim::Tangent => self.split_forward(&a, p == Prim::Tangent)?,
+            Prim::Zero | Prim::SZero => self.zero_leaves(&a)?,
+            Prim::Bundle => {
+                let Some((x, y)) = self.two(&a, -1)? else {
+                    return self.unsupported("internal: `bundle` of a non-pair");
+                };
+                self.bundle(&x, &y)?
+            }
+            Prim::Plus => {
+                let Some((x, y)) = self.two(&a, -1)? else {
+                    return self.unsupported("internal: `plus` of a non-pair");
+                };
+                self.plus(&x, &y)?
+            }
+            _ => return self.unsupported(format!("the primitive `{}`", p.name())),
+        };
+        if leaves.len() != out_layout.len() {
+            return self.unsupported(format!(
+                "internal: `{}` gives {} leaves for a layout of {}",
+                p.name(),
+                leaves.len(),
+                out_layout.len()
+            ));
+        }
+        Ok(Val {
+            av: out.clone(),
+            leaves,
+        })
+    }
+
+    fn parts(&mut self, v: &Val, avs: &[&Av]) -> R<Vec<Val>> {
+        let parts = self.split(avs, &v.leaves)?;
+        let mut out = Vec::new();
+        for (av, leaves) in avs.iter().zip(parts) {
+            out.push(self.force(Val {
+                av: (*av).clone(),
+                leaves,
+            })?);
+        }
+        Ok(out)
+    }
+
+    fn env_parts(&mut self, v: &Val) -> R<Vec<Val>> {
+        let Av::Closure(_, env) = &v.av else {
+            unreachable!("a closure")
+        };
+        let env = env.clone();
+        self.parts(v, &env.iter().collect::<Vec<_>>())
+    }
+
+    /// The leaves of `primal` (or `tangent`) of a forward value.
+    fn split_forward(&mut self, v: &Val, tangent: bool) -> R<Vec<String>> {
+        Ok(match &v.av {
+            Av::Bundle(p, t) => {
+                let mut parts = self.split(&[p, t], &v.leaves)?;
+                parts.swap_remove(tangent as usize)
+            }
+            Av::Pair(_, a, d) => {
+                let parts = self.parts(v, &[a, d])?;
+                let mut out = self.split_forward(&parts[0], tangent)?;
+                out.extend(self.split_forward(&parts[1], tangent)?);
+                out
+            }
+            Av::Closure(..) => {
+                let mut out = Vec::new();
+                for x in self.env_parts(v)? {
+                    out.extend(self.split_forward(&x, tangent)?);
+                }
+                out
+            }
+            _ if self.layout(&v.av)?.is_empty() => Vec::new(),
+            _ => return self.unsupported("`primal` or `tangent` of an unexpected value"),
+        })
+    }
+
+    /// The leaves of `(zero v)` (or of the zero sensitivity): reals become known zeros, and
+    /// booleans stay, so only the leaves of unknown booleans remain.
+    fn zero_leaves(&mut self, v: &Val) -> R<Vec<String>> {
+        let v = self.force(v.clone())?;
+        Ok(match &v.av {
+            Av::Bool(None) => v.leaves.clone(),
+            Av::Pair(_, a, d) | Av::Bundle(a, d) => {
+                let ps = self.parts(&v, &[a, d])?;
+                let mut out = self.zero_leaves(&ps[0])?;
+                out.extend(self.zero_leaves(&ps[1])?);
+                out
+            }
+            Av::Tagged(_, x) => {
+                let ps = self.parts(&v, &[x])?;
+                self.zero_leaves(&ps[0])?
+            }
+            Av::Closure(..) => {
+                let mut out = Vec::new();
+                for x in self.env_parts(&v)? {
+                    out.extend(self.zero_leaves(&x)?);
+                }
+                out
+            }
+            Av::Dyn(_) | Av::Array(..) => {
+                return self.unsupported("`zero` of a boxed value or array")
+            }
+            _ => Vec::new(),
+        })
+    }
+
+    /// The leaves of `(bundle p t)`.
+    fn bundle(&mut self, p: &Val, t: &Val) -> R<Vec<String>> {
+        Ok(match (&p.av, &t.av) {
+            (Av::Pair(_, pa, pd), Av::Pair(_, ta, td)) => {
+                let ps = self.parts(p, &[pa, pd])?;
+                let ts = self.parts(t, &[ta, td])?;
+                let mut out = self.bundle(&ps[0], &ts[0])?;
+                out.extend(self.bundle(&ps[1], &ts[1])?);
+                out
+            }
+            (Av::Closure(_, pe), Av::Closure(_, te)) if pe.len() == te.len() => {
+                let ps = self.env_parts(p)?;
+                let ts = self.env_parts(t)?;
+                let mut out = Vec::new();
+                for (x, y) in ps.iter().zip(ts.iter()) {
+                    out.extend(self.bundle(x, y)?);
+                }
+                out
+            }
+            (Av::Array(..), _) | (_, Av::Array(..)) => {
+                return self.unsupported("`bundle` of arrays")
+            }
+            // Scalars: the primal's leaves, then the perturbation's.
+            _ => {
+                let mut out = p.leaves.clone();
+                out.extend(t.leaves.iter().cloned());
+                out
+            }
+        })
+    }
+
+    /// The leaves of `(plus a b)`.
+    fn plus(&mut self, a: &Val, b: &Val) -> R<Vec<String>> {
+        if let Av::Zero(_) = a.av {
+            return Ok(b.leaves.clone());
+        }
+        if let Av::Zero(_) = b.av {
+            return Ok(a.leaves.clone());
+        }
+        Ok(match (&a.av, &b.av) {
+            (Av::Real(Some(_)), Av::Real(Some(_))) => Vec::new(),
+            (Av::Real(_), Av::Real(_)) => {
+                let x = match &a.av {
+                    Av::Real(Some(x)) => real_literal(x.get()),
+                    _ => a.leaves[0].clone(),
+                };
+                let y = match &b.av {
+                    Av::Real(Some(y)) => real_literal(y.get()),
+                    _ => b.leaves[0].clone(),
+                };
+                let t = self.fresh("t");
+                self.line(format!("double {t} = {x} + {y};"));
+                vec![t]
+            }
+            (Av::Pair(_, a1, d1), Av::Pair(_, a2, d2))
+            | (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => {
+                let xs = self.parts(a, &[a1, d1])?;
+                let ys = self.parts(b, &[a2, d2])?;
+                let mut out = self.plus(&xs[0], &ys[0])?;
+                out.extend(self.plus(&xs[1], &ys[1])?);
+                out
+            }
+            (Av::Tagged(_, x), Av::Tagged(_, y)) => {
+                let xs = self.parts(a, &[x])?;
+                let ys = self.parts(b, &[y])?;
+                self.plus(&xs[0], &ys[0])?
+            }
+            (Av::Closure(..), Av::Closure(..)) => {
+                let xs = self.env_parts(a)?;
+                let ys = self.env_parts(b)?;
+                let mut out = Vec::new();
+                for (x, y) in xs.iter().zip(ys.iter()) {
+                    out.extend(self.plus(x, y)?);
+                }
+                out
+            }
+            (Av::Bool(None), _) => a.leaves.clone(),
+            (_, Av::Bool(None)) => b.leaves.clone(),
+            _ if self.layout(&a.av)?.is_empty() && self.layout(&b.av)?.is_empty() => Vec::new(),
+            _ => return self.unsupported("`plus` of unexpected values"),
+        })
+    }
+}
+
+/// Known values boxed at run time are built part by part in the C code: a bound on its size.
+const MAX_BOXED_CONSTANT: usize = 4096;
+
+/// `v` has at most `budget` parts (which it uses up).
+fn small(v: &Av, budget: &mut usize) -> bool {
+    if *budget == 0 {
+        return false;
+    }
+    *budget -= 1;
+    match v {
+        Av::Pair(_, a, b) | Av::Bundle(a, b) => small(a, budget) && small(b, budget),
+        Av::Tagged(_, x) | Av::Zero(x) => small(x, budget),
+        Av::Closure(_, env) => env.iter().all(|x| small(x, budget)),
+        _ => true,
+    }
+}
+
+/// The printed form of a known untagged value (the evaluator's `print`), `None` for values
+/// with unknown or tagged parts.
+fn known_text(v: &Av) -> Option<String> {
+    fn go(v: &Av, s: &mut String) -> bool {
+        match v {
+            Av::Nil => s.push_str("()"),
+            Av::Bool(Some(b)) => s.push_str(if *b { "#t" } else { "#f" }),
+            Av::Real(Some(x)) => s.push_str(&vlad_syntax::number::format_real(x.get())),
+            Av::Prim(p) => {
+                let _ = write!(s, "<procedure:{}>", p.name());
+            }
+            Av::Closure(..) => s.push_str("<procedure>"),
+            Av::Pair(t, _, _) if t.is_empty() => {
+                s.push('(');
+                let mut v = v;
+                while let Av::Pair(_, a, d) = v {
+                    if !go(a, s) {
+                        return false;
+                    }
+                    match &**d {
+                        Av::Pair(t, ..) if t.is_empty() => {
+                            s.push(' ');
+                            v = d;
+                        }
+                        Av::Nil => break,
+                        other => {
+                            s.push_str(" . ");
+                            if !go(other, s) {
+                                return false;
+                            }
+                            break;
+                        }
+                    }
+                }
+                s.push(')');
+            }
+            _ => return false,
+        }
+        true
+    }
+    let mut s = String::new();
+    go(v, &mut s).then_some(s)
+}
+
+fn lookup(env: &[(Var, Val)], x: Var) -> R<Val> {
+    env.iter()
+        .rev()
+        .find(|(y, _)| *y == x)
+        .map(|(_, v)| v.clone())
+        .ok_or_else(|| Unsupported {
+            span: Span::NONE,
+            reason: "internal: an unbound variable".into(),
+        })
+}
+
+fn is_simple(e: &str) -> bool {
+    e.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        || e.starts_with('(') && e.ends_with(')') && e[1..e.len() - 1].parse::<f64>().is_ok()
+}
+
+/// A lazy zero of this value is known at compile time (it has no arrays or boxed parts).
+fn static_zero(of: &Av) -> bool {
+    match of {
+        Av::Array(..) | Av::Dyn(_) => false,
+        Av::Pair(_, a, b) | Av::Bundle(a, b) => static_zero(a) && static_zero(b),
+        Av::Closure(_, env) => env.iter().all(static_zero),
+        Av::Tagged(_, x) | Av::Zero(x) => static_zero(x),
+        _ => true,
+    }
+}
+
+fn contains_dyn(v: &Av) -> bool {
+    match v {
+        Av::Dyn(_) => true,
+        Av::Pair(_, a, b) | Av::Bundle(a, b) => contains_dyn(a) || contains_dyn(b),
+        Av::Closure(_, env) => env.iter().any(contains_dyn),
+        Av::Tagged(_, x) | Av::Zero(x) | Av::Array(_, x) => contains_dyn(x),
+        _ => false,
+    }
+}
+
+fn short(v: &Av) -> &'static str {
+    match v {
+        Av::Bottom => "no value",
+        Av::Nil => "()",
+        Av::Bool(_) => "a boolean",
+        Av::Real(_) => "a real",
+        Av::Prim(_) => "a primitive",
+        Av::Pair(..) => "a pair",
+        Av::Closure(..) => "a closure",
+        Av::Array(..) => "an array",
+        Av::Bundle(..) => "a forward value",
+        Av::Tagged(..) => "a tagged value",
+        Av::Zero(_) => "a zero sensitivity",
+        Av::Dyn(_) => "a boxed value",
+    }
+}
+
+fn flow_error(e: vlad_flow::FlowError) -> Unsupported {
+    Unsupported {
+        span: e.span,
+        reason: e.message,
+    }
+}

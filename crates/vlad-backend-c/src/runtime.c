@@ -1,0 +1,267 @@
+/* The runtime of compiled VLAD programs: boxed values, an arena, printing in the evaluator's
+   number format, read-real, run-time errors with their source positions, and a big stack. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+
+typedef struct vl_obj *V;
+typedef union { double d; long b; V v; void *a; } vl_slot;
+enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED };
+struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
+
+/* ---- the arena: boxed values are never freed (no program here needs a collector yet) */
+static char *vl_chunk = 0;
+static size_t vl_left = 0;
+static void *vl_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (n > vl_left) {
+    size_t size = n > (1u << 24) ? n : (1u << 24);
+    vl_chunk = malloc(size);
+    if (!vl_chunk) { fputs("vlad: out of memory\n", stderr); exit(70); }
+    vl_left = size;
+  }
+  void *p = vl_chunk;
+  vl_chunk += n;
+  vl_left -= n;
+  return p;
+}
+
+static struct vl_obj vl_nil_obj = {VL_NIL, 0};
+static struct { int kind; unsigned aux; vl_slot s[1]; } vl_true_obj = {VL_BOOL, 0, {{.b = 1}}},
+    vl_false_obj = {VL_BOOL, 0, {{.b = 0}}};
+#define vl_nil (&vl_nil_obj)
+static V vl_obj(int kind, unsigned aux, int n) {
+  V o = vl_alloc(sizeof(struct vl_obj) + n * sizeof(vl_slot));
+  o->kind = kind;
+  o->aux = aux;
+  return o;
+}
+static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
+static V vl_real(double d) { V o = vl_obj(VL_REAL, 0, 1); o->s[0].d = d; return o; }
+static V vl_prim(unsigned p) { return vl_obj(VL_PRIM, p, 0); }
+static V vl_pair(unsigned tags, V a, V b) {
+  V o = vl_obj(VL_PAIR, tags, 2); o->s[0].v = a; o->s[1].v = b; return o;
+}
+static V vl_bundle(V p, V t) { V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; return o; }
+static V vl_tagged(unsigned tag, V x) { V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; return o; }
+static int vl_truthy(V v) {
+  while (v->kind == VL_BUNDLE || v->kind == VL_TAGGED) v = v->s[0].v;
+  return !(v->kind == VL_BOOL && !v->s[0].b);
+}
+
+/* ---- printing: the evaluator's external form (vlad-eval/src/print.rs) */
+typedef struct { char *p; size_t n, cap; } vl_buf;
+static void vl_put(vl_buf *b, const char *s) {
+  size_t k = strlen(s);
+  if (b->n + k + 1 > b->cap) {
+    b->cap = (b->n + k + 1) * 2;
+    b->p = realloc(b->p, b->cap);
+    if (!b->p) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  }
+  memcpy(b->p + b->n, s, k + 1);
+  b->n += k;
+}
+
+/* Shortest round-trip digits, written as Rust's `{}` (plain) or `{:e}` (exponent) would:
+   vlad-syntax/src/number.rs `format_real`. */
+static void vl_format_real(double x, char *out) {
+  if (isnan(x)) { strcpy(out, "+nan.0"); return; }
+  if (isinf(x)) { strcpy(out, x > 0 ? "+inf.0" : "-inf.0"); return; }
+  if (x == 0) { strcpy(out, signbit(x) ? "-0" : "0"); return; }
+  char tmp[64];
+  int prec;
+  for (prec = 0; prec < 17; prec++) {
+    snprintf(tmp, sizeof tmp, "%.*e", prec, x);
+    if (strtod(tmp, 0) == x) break;
+  }
+  /* tmp is [-]d[.ddd]e[+-]xx */
+  char digits[32];
+  int nd = 0, neg = tmp[0] == '-';
+  char *q = tmp + neg;
+  for (; *q && *q != 'e'; q++)
+    if (*q != '.') digits[nd++] = *q;
+  while (nd > 1 && digits[nd - 1] == '0') nd--;
+  digits[nd] = 0;
+  int e = atoi(q + 1);
+  double l = floor(log10(fabs(x)));
+  char *o = out;
+  if (neg) *o++ = '-';
+  if (l >= -5 && l < 21) {
+    if (e >= nd - 1) {
+      memcpy(o, digits, nd); o += nd;
+      for (int i = 0; i < e - (nd - 1); i++) *o++ = '0';
+    } else if (e >= 0) {
+      memcpy(o, digits, e + 1); o += e + 1;
+      *o++ = '.';
+      memcpy(o, digits + e + 1, nd - e - 1); o += nd - e - 1;
+    } else {
+      *o++ = '0'; *o++ = '.';
+      for (int i = 0; i < -e - 1; i++) *o++ = '0';
+      memcpy(o, digits, nd); o += nd;
+    }
+    *o = 0;
+  } else {
+    *o++ = digits[0];
+    if (nd > 1) { *o++ = '.'; memcpy(o, digits + 1, nd - 1); o += nd - 1; }
+    sprintf(o, "e%d", e);
+  }
+}
+
+static const char *vl_prim_names[];
+static const char *vl_tag_names[] = {"forward", "perturbation", "sensitivity", "reverse"};
+static void vl_fail_internal(const char *m);
+
+static void vl_write(vl_buf *b, V v) {
+  char num[64];
+  switch (v->kind) {
+  case VL_NIL: vl_put(b, "()"); return;
+  case VL_BOOL: vl_put(b, v->s[0].b ? "#t" : "#f"); return;
+  case VL_REAL: vl_format_real(v->s[0].d, num); vl_put(b, num); return;
+  case VL_PRIM: vl_put(b, "<procedure:"); vl_put(b, vl_prim_names[v->aux]); vl_put(b, ">"); return;
+  case VL_CLOSURE: vl_put(b, "<procedure>"); return;
+  case VL_BUNDLE:
+    vl_put(b, "(forward "); vl_write(b, v->s[0].v); vl_put(b, " "); vl_write(b, v->s[1].v);
+    vl_put(b, ")"); return;
+  case VL_TAGGED:
+    vl_put(b, "("); vl_put(b, vl_tag_names[v->aux]); vl_put(b, " "); vl_write(b, v->s[0].v);
+    vl_put(b, ")"); return;
+  case VL_PAIR:
+    if (v->aux) vl_fail_internal("printing a tagged pair");
+    vl_put(b, "(");
+    for (;;) {
+      vl_write(b, v->s[0].v);
+      V d = v->s[1].v;
+      if (d->kind == VL_PAIR && !d->aux) { vl_put(b, " "); v = d; continue; }
+      if (d->kind != VL_NIL) { vl_put(b, " . "); vl_write(b, d); }
+      break;
+    }
+    vl_put(b, ")");
+    return;
+  }
+}
+
+static void vl_print_line(V v) {
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, "");
+  vl_write(&b, v);
+  fputs(b.p, stdout);
+  fputc('\n', stdout);
+  free(b.p);
+}
+
+static double vl_write_real(double x) {
+  char num[64];
+  vl_format_real(x, num);
+  fputs(num, stdout);
+  fputc('\n', stdout);
+  return x;
+}
+
+static V vl_write_value(V v) { vl_print_line(v); return v; }
+
+/* The evaluator's `describe` (vlad-eval/src/value.rs), for error messages. */
+static void vl_describe(vl_buf *b, V v) {
+  switch (v->kind) {
+  case VL_NIL: case VL_BOOL: case VL_REAL: vl_write(b, v); return;
+  case VL_PRIM: vl_put(b, "the primitive `"); vl_put(b, vl_prim_names[v->aux]); vl_put(b, "`"); return;
+  case VL_CLOSURE: vl_put(b, "a procedure"); return;
+  case VL_PAIR:
+    if (!v->aux) { vl_put(b, "a pair"); return; }
+    vl_put(b, "a "); vl_put(b, vl_tag_names[v->aux & 3]); vl_put(b, " pair"); return;
+  default: {
+    vl_buf t = {0, 0, 0};
+    vl_put(&t, "");
+    vl_write(&t, v);
+    if (t.n > 60) {
+      vl_put(b, "a "); vl_put(b, vl_tag_names[v->kind == VL_BUNDLE ? 0 : v->aux]); vl_put(b, " value");
+    } else vl_put(b, t.p);
+    free(t.p);
+  }
+  }
+}
+
+/* ---- run-time errors: each site's rendered position (prefix) and source excerpt (suffix). */
+typedef struct { const char *prefix, *excerpt; } vl_site_t;
+static const vl_site_t vl_sites[];
+static int vl_site = 0; /* the most recent call site in the user's program */
+
+static void vl_fail_at(int site, const char *message) {
+  fflush(stdout);
+  if (site < 0) site = vl_site;
+  fprintf(stderr, "%s%s\n%s", vl_sites[site].prefix, message, vl_sites[site].excerpt);
+  exit(1);
+}
+static void vl_fail_internal(const char *m) {
+  fflush(stdout);
+  fprintf(stderr, "vlad: internal error in compiled code: %s\n", m);
+  exit(70);
+}
+/* "<head><description of v><tail>" at a site */
+static void vl_fail_value(int site, const char *head, V v, const char *tail) {
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, head);
+  vl_describe(&b, v);
+  vl_put(&b, tail);
+  vl_fail_at(site, b.p);
+}
+static void vl_fail_mismatch(int site, V c, V v) {
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, "pattern mismatch: expected ");
+  vl_write(&b, c);
+  vl_put(&b, ", got ");
+  vl_describe(&b, v);
+  vl_fail_at(site, b.p);
+}
+static double vl_to_real(V v, int site, const char *prim) {
+  if (v->kind == VL_REAL) return v->s[0].d;
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, "`"); vl_put(&b, prim); vl_put(&b, "` takes a real, got ");
+  vl_describe(&b, v);
+  vl_fail_at(site, b.p);
+  return 0;
+}
+static V vl_car(V v, unsigned tags, int site) {
+  if (v->kind != VL_PAIR || v->aux != tags) {
+    vl_buf b = {0, 0, 0};
+    vl_put(&b, "pattern mismatch: expected ");
+    if (tags) { vl_put(&b, "a "); vl_put(&b, vl_tag_names[tags & 3]); vl_put(&b, " pair"); }
+    else vl_put(&b, "a pair");
+    vl_put(&b, ", got ");
+    vl_describe(&b, v);
+    vl_fail_at(site, b.p);
+  }
+  return v->s[0].v;
+}
+
+/* ---- read-real: whitespace-separated numerals from standard input */
+static double vl_read_real(int site) {
+  char tok[256];
+  if (scanf("%255s", tok) != 1) vl_fail_at(site, "read-real: end of input");
+  char *end;
+  double x = strtod(tok, &end);
+  if (*end || end == tok) {
+    char m[300];
+    snprintf(m, sizeof m, "read-real: `%s` is not a number", tok);
+    vl_fail_at(site, m);
+  }
+  return x;
+}
+
+/* ---- main: the program runs on a thread with a large stack (deep non-tail recursion). */
+static void vl_program(void);
+static void *vl_thread(void *arg) { (void)arg; vl_program(); return 0; }
+int main(void) {
+  pthread_attr_t a;
+  pthread_t t;
+  pthread_attr_init(&a);
+  size_t sizes[] = {(size_t)1 << 33, (size_t)1 << 30, (size_t)1 << 26};
+  int ok = 0;
+  for (int i = 0; i < 3 && !ok; i++)
+    if (pthread_attr_setstacksize(&a, sizes[i]) == 0 && pthread_create(&t, &a, vl_thread, 0) == 0) ok = 1;
+  if (!ok) vl_program();
+  else pthread_join(t, 0);
+  fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,177 @@
+//! Native code: the whole pipeline from a file to an executable (flow analysis,
+//! specialisation, the C backend, the system C compiler), with a cache of executables keyed by
+//! the hash of the C they were compiled from.
+
+use crate::prepare;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use vlad_flow::Analysis;
+use vlad_syntax::{Diagnostic, SourceMap};
+
+/// Why a program was not compiled: one line for the user, and whether the evaluator should
+/// run it instead (a program that does not load or expand is reported, not run).
+pub enum Failure {
+    /// The program itself is wrong (a load or expansion error): reported, with its exit code.
+    Program(u8),
+    /// The compiler cannot compile it (yet): the reason, on one line.
+    Unsupported(String),
+    /// A top-level expression does not expand: the evaluator runs the program up to it and
+    /// reports it there (no note: this is not a limit of the compiler).
+    Evaluate,
+}
+
+/// Options of the C compilation.
+#[derive(Clone, Copy, Debug)]
+pub struct CcOptions {
+    /// Pass `-march=native` (the default).
+    pub native: bool,
+}
+
+/// The C program for `file`.
+pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<String, Failure> {
+    let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
+    let place = |span: vlad_core::Span| match sources.location(span) {
+        Some((path, line, col)) => format!("{path}:{line}:{col}"),
+        None => "in built-in code".to_string(),
+    };
+    let mut entries = Vec::new();
+    let mut analysis = Analysis::new(&mut ev);
+    analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
+    for te in &exprs {
+        let core = match &te.core {
+            Ok(c) => *c,
+            // The evaluator runs the expressions before this one, then reports it.
+            Err(_) => return Err(Failure::Evaluate),
+        };
+        let k = analysis
+            .analyse(core)
+            .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
+        entries.push(k);
+    }
+    let program = analysis
+        .specialise(&entries)
+        .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
+    let render = |span: vlad_core::Span| render_site(&sources, span);
+    vlad_backend_c::generate(&mut analysis, &program, &render)
+        .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
+}
+
+/// How long the flow analysis may take before the program runs in the evaluator instead:
+/// `VLAD_ANALYSIS_TIMEOUT_SECS`, default 20 s (every example needs well under 1 s).
+fn analysis_time_limit() -> std::time::Duration {
+    let secs = std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    std::time::Duration::from_secs(secs)
+}
+
+/// The text before and after the message of an error at `span`, as the evaluator's
+/// diagnostics render it.
+fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<(String, String)> {
+    sources.location(span)?;
+    const MARK: &str = "\u{1}MESSAGE\u{1}";
+    let text = Diagnostic::new(span, MARK).render(sources);
+    let (before, after) = text.split_once(MARK)?;
+    Some((before.to_string(), after.strip_prefix('\n')?.to_string()))
+}
+
+/// The C compiler: `$CC` (a program and its arguments), else `cc`.
+fn c_compiler() -> (String, Vec<String>) {
+    let cc = std::env::var("CC").unwrap_or_default();
+    let mut words = cc.split_whitespace().map(String::from);
+    match words.next() {
+        Some(program) => (program, words.collect()),
+        None => ("cc".into(), Vec::new()),
+    }
+}
+
+fn cc_flags(opts: CcOptions) -> Vec<String> {
+    let mut flags: Vec<String> = ["-O3", "-ffp-contract=off", "-w", "-std=gnu99"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if opts.native {
+        flags.push("-march=native".into());
+    }
+    flags
+}
+
+/// Compiles C source to an executable at `out`, in a private temporary directory (the
+/// compiler is run directly, never through a shell).
+pub fn compile_c(source: &str, out: &Path, opts: CcOptions) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+    let c = dir.path().join("program.c");
+    std::fs::write(&c, source).map_err(|e| format!("cannot write {}: {e}", c.display()))?;
+    let exe = dir.path().join("program");
+    let (cc, pre) = c_compiler();
+    let output = Command::new(&cc)
+        .args(&pre)
+        .args(cc_flags(opts))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .args(["-lm", "-lpthread"])
+        .output()
+        .map_err(|e| format!("cannot run the C compiler `{cc}`: {e}"))?;
+    if !output.status.success() {
+        let err = String::from_utf8_lossy(&output.stderr);
+        let first = err.lines().find(|l| l.contains("error")).unwrap_or("");
+        return Err(format!("the C compiler `{cc}` failed: {first}"));
+    }
+    // Copy then rename, so a concurrent run never sees a half-written executable.
+    let partial = out.with_extension(format!("partial{}", std::process::id()));
+    std::fs::copy(&exe, &partial)
+        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+    std::fs::rename(&partial, out).map_err(|e| format!("cannot write {}: {e}", out.display()))
+}
+
+/// Where compiled programs are kept: `$VLAD_CACHE_DIR`, else `$XDG_CACHE_HOME/vlad`, else
+/// `~/.cache/vlad`, else the system's temporary directory.
+fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("VLAD_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("vlad");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache").join("vlad");
+    }
+    std::env::temp_dir().join("vlad-cache")
+}
+
+/// The executable of this C program, compiled now or found in the cache.
+pub fn cached_executable(source: &str, opts: CcOptions) -> Result<PathBuf, String> {
+    let (cc, pre) = c_compiler();
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    h.update([0]);
+    h.update(cc.as_bytes());
+    for f in pre.iter().chain(cc_flags(opts).iter()) {
+        h.update([0]);
+        h.update(f.as_bytes());
+    }
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let dir = cache_dir();
+    let exe = dir.join(&digest[..32]);
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    compile_c(source, &exe, opts)?;
+    Ok(exe)
+}
+
+/// Runs an executable with this process's standard streams; its exit code.
+pub fn run_executable(exe: &Path) -> Result<u8, String> {
+    let status = Command::new(exe)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    Ok(match status.code() {
+        Some(c) => c.clamp(0, 255) as u8,
+        // Killed by a signal.
+        None => 70,
+    })
+}
