@@ -109,8 +109,6 @@ pub struct Analysis<'a> {
     pub(crate) bundling: u32,
     /// `VLAD_FLOW_DEBUG` is set: report progress on stderr.
     debug: bool,
-    /// Arithmetic on known reals gives "some real" (the fallback when the precise analysis is too costly).
-    coarse: bool,
     /// Bumped whenever a class or a summary grows; the generation `bundle_memo` is for.
     pub(crate) generation: u64,
     pub(crate) bundle_memo_generation: u64,
@@ -195,7 +193,6 @@ impl<'a> Analysis<'a> {
             envs_off: false,
             bundling: 0,
             debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
-            coarse: std::env::var_os("VLAD_FLOW_COARSE").is_some(),
             generation: 0,
             bundle_memo_generation: 0,
             per_code: HashMap::new(),
@@ -829,8 +826,6 @@ impl<'a> Analysis<'a> {
                     return Ok(Av::Bottom);
                 };
                 match (x, y) {
-                    _ if self.coarse && p.is_comparison() => Av::Bool(None),
-                    _ if self.coarse => Av::real(),
                     (Some(x), Some(y)) if p.is_comparison() => {
                         Av::Bool(Some(vlad_eval::prims::compare(p, x, y)))
                     }
@@ -841,7 +836,6 @@ impl<'a> Analysis<'a> {
             }
             _ if p.is_unary_real() => match real(a) {
                 None => Av::Bottom,
-                Some(Some(_)) if self.coarse => Av::real(),
                 Some(Some(x)) => Av::known_real(vlad_eval::prims::arith(p, x, 0.0)),
                 Some(None) => Av::real(),
             },
