@@ -211,6 +211,29 @@ pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>)
     for (prefix, excerpt) in &g.sites {
         let _ = writeln!(out, "  {{{}, {}}},", c_string(prefix), c_string(excerpt));
     }
+    out.push_str("};\n");
+    // The leaf kinds of each boxed code's environment summary (for `plus` and `zero` of boxed
+    // closures in the runtime).
+    let ncodes = prog.codes.len();
+    let _ = write!(
+        out,
+        "static const char *vl_code_slots[{}] = {{",
+        ncodes.max(1)
+    );
+    for c in 0..ncodes {
+        let code = vlad_flow::CodeId(c as u32);
+        let kinds = match g.boxed.envs.get(&code).cloned() {
+            Some(env) => {
+                let mut l = Vec::new();
+                for x in env.iter() {
+                    l.extend(g.layout(x)?);
+                }
+                c_string(&l.iter().map(|l| l.letter()).collect::<String>())
+            }
+            None => "0".into(),
+        };
+        let _ = write!(out, "{kinds}, ");
+    }
     out.push_str("};\n\n");
     out.push_str(&g.struct_defs);
     out.push_str(&protos);
@@ -282,9 +305,11 @@ impl Gen<'_, '_> {
                 }
             }
             Av::Tagged(_, x) => self.layout_into(x, out)?,
+            // A lazy zero keeps the leaves of the parts of its reverse value whose zeros are not
+            // known at compile time (boxed parts): `force` makes the zero from them.
             Av::Zero(of) => {
                 if !static_zero(of) {
-                    return self.unsupported("a lazy zero sensitivity of an array or boxed value");
+                    self.layout_into(of, out)?;
                 }
             }
             Av::Array(..) => return self.unsupported("arrays"),
@@ -787,7 +812,8 @@ impl Gen<'_, '_> {
             ),
             (Av::Nil, Av::Dyn(_)) => format!("({}->kind == VL_NIL)", v.leaves[0]),
             (_, Av::Dyn(_)) => {
-                return self.unsupported("a tagged constant pattern on a boxed value")
+                let b = self.boxed_val(&Val::known(c.clone()))?;
+                format!("vl_equal_data({b}, {})", v.leaves[0])
             }
             _ => "0".into(),
         })
@@ -814,12 +840,76 @@ impl Gen<'_, '_> {
         }))
     }
 
-    /// A lazy zero computed one level (it has no leaves).
+    /// A lazy zero computed one level (the evaluator's `force_zero`).
     fn force(&mut self, v: Val) -> R<Val> {
-        match &v.av {
-            Av::Zero(_) => Ok(Val::known(self.an.force_av(&v.av).map_err(flow_error)?)),
-            _ => Ok(v),
+        let Av::Zero(of) = &v.av else {
+            return Ok(v);
+        };
+        let forced = self.an.force_av(&v.av).map_err(flow_error)?;
+        if static_zero(of) {
+            return Ok(Val::known(forced));
         }
+        let of = Val {
+            av: (**of).clone(),
+            leaves: v.leaves.clone(),
+        };
+        let leaves = match &of.av {
+            // A pair or closure of zeros of the parts: each part keeps its leaves if its own
+            // zero is not known.
+            Av::Pair(_, a, d) => {
+                let ps = self.parts(&of, &[a, d])?;
+                ps.into_iter()
+                    .flat_map(|p| {
+                        if static_zero(&p.av) {
+                            Vec::new()
+                        } else {
+                            p.leaves
+                        }
+                    })
+                    .collect()
+            }
+            Av::Closure(..) => self
+                .env_parts(&of)?
+                .into_iter()
+                .flat_map(|p| {
+                    if static_zero(&p.av) {
+                        Vec::new()
+                    } else {
+                        p.leaves
+                    }
+                })
+                .collect(),
+            Av::Dyn(_) => {
+                let x = format!(
+                    "vl_ad_untag({}, {}, \"zero\")",
+                    of.leaves[0],
+                    tag_index(Tag::Reverse)
+                );
+                vec![self.runtime_v(format!(
+                    "vl_ad_tag(vl_ad_zero({x}, 1), {})",
+                    tag_index(Tag::Sensitivity)
+                ))]
+            }
+            _ if self.layout(&forced)?.is_empty() => Vec::new(),
+            // A reverse scalar: the sensitivity-tagged zero of its primal.
+            Av::Tagged(Tag::Reverse, x) => {
+                let x = Val {
+                    av: (**x).clone(),
+                    leaves: of.leaves.clone(),
+                };
+                self.zero_leaves(&x, true)?
+            }
+            _ => {
+                if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                    eprintln!("lazy zero of {:?}\n  forced {forced:?}", of.av);
+                }
+                return self.unsupported("a lazy zero of a boxed scalar");
+            }
+        };
+        if leaves.len() != self.layout(&forced)?.len() {
+            return self.unsupported("internal: a lazy zero of another layout");
+        }
+        Ok(Val { av: forced, leaves })
     }
 
     // ------------------------------------------------------------------ conversions
@@ -880,8 +970,11 @@ impl Gen<'_, '_> {
                 out
             }
             (Av::Zero(_), _) => {
-                let forced = self.an.force_av(from).map_err(flow_error)?;
-                self.coerce_leaves(&forced, &[], to)?
+                let forced = self.force(Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                })?;
+                self.coerce_leaves(&forced.av, &forced.leaves, to)?
             }
             _ => {
                 if std::env::var_os("VLAD_C_DEBUG").is_some() {
@@ -973,8 +1066,8 @@ impl Gen<'_, '_> {
                 return Ok(t);
             }
             Av::Zero(_) => {
-                let forced = self.an.force_av(&v.av).map_err(flow_error)?;
-                return self.boxed_val(&Val::known(forced));
+                let forced = self.force(v.clone())?;
+                return self.boxed_val(&forced);
             }
             Av::Array(..) => return self.unsupported("boxing an array"),
         };
@@ -1178,18 +1271,26 @@ impl Gen<'_, '_> {
 
     /// The two parts of a primitive's argument pair.
     fn two(&mut self, a: &Val, site: i64) -> R<Option<(Val, Val)>> {
+        Ok(match self.two_raw(a, site)? {
+            Some((x, y)) => Some((self.force(x)?, self.force(y)?)),
+            None => None,
+        })
+    }
+
+    /// `two` without computing lazy zeros in the parts (`plus` takes them as they are).
+    fn two_raw(&mut self, a: &Val, site: i64) -> R<Option<(Val, Val)>> {
         let a = self.force(a.clone())?;
         Ok(match &a.av {
             Av::Pair(t, x, y) if t.is_empty() => {
                 let parts = self.split(&[x, y], &a.leaves)?;
-                let x = self.force(Val {
+                let x = Val {
                     av: (**x).clone(),
                     leaves: parts[0].clone(),
-                })?;
-                let y = self.force(Val {
+                };
+                let y = Val {
                     av: (**y).clone(),
                     leaves: parts[1].clone(),
-                })?;
+                };
                 Some((x, y))
             }
             Av::Dyn(_) => {
@@ -1359,25 +1460,53 @@ impl Gen<'_, '_> {
         if out_layout.is_empty() {
             return Ok(Val::known(out.clone()));
         }
+        if p == Prim::ZeroSensR {
+            // The lazy zero keeps the reverse value's leaves (see `layout`).
+            return Ok(Val {
+                av: out.clone(),
+                leaves: a.leaves,
+            });
+        }
         let a = self.force(a)?;
-        if contains_dyn(&a.av) {
-            return self.unsupported(format!("`{}` of a boxed value", p.name()));
+        // `plus` and `zero` of boxed closures keep their codes (the runtime maps their
+        // environments slot by slot); the other operators would change codes.
+        // The runtime maps boxed data only: boxed procedures in the argument (where the
+        // operator would map a closure's environment by its structure) are not compiled yet.
+        if has_procedures(&a.av) && !matches!(p, Prim::Plus | Prim::Zero) {
+            return self.unsupported(format!(
+                "`{}` of boxed procedures (their environments would be mapped at run time)",
+                p.name()
+            ));
+        }
+        if has_procedures(out) && !matches!(p, Prim::Plus | Prim::Zero) {
+            return self.unsupported(format!(
+                "`{}` giving boxed procedures (their codes would be mapped at run time)",
+                p.name()
+            ));
         }
         let leaves = match p {
-            Prim::Perturb
-            | Prim::Unperturb
-            | Prim::Sensitize
-            | Prim::Unsensitize
-            | Prim::StarJ
-            | Prim::StarJInverse
-            | Prim::BuildLength
-            | Prim::IfoldCount => a.leaves,
+            Prim::Perturb => self.tag_leaves(&a, Tag::Perturbation)?,
+            Prim::Sensitize => self.tag_leaves(&a, Tag::Sensitivity)?,
+            Prim::StarJ => self.tag_leaves(&a, Tag::Reverse)?,
+            Prim::Unperturb | Prim::Unsensitize | Prim::StarJInverse => {
+                let tag = match p {
+                    Prim::Unperturb => Tag::Perturbation,
+                    Prim::Unsensitize => Tag::Sensitivity,
+                    _ => Tag::Reverse,
+                };
+                self.untag_leaves(&a, tag, p.name())?
+            }
+            Prim::BuildLength | Prim::IfoldCount => a.leaves,
             Prim::ShallowPrimal => match &a.av {
                 Av::Bundle(x, y) => self.split(&[x, y], &a.leaves)?.swap_remove(0),
+                Av::Dyn(_) => {
+                    vec![self.runtime_v(format!("vl_ad_shallow_primal({})", a.leaves[0]))]
+                }
                 _ => a.leaves,
             },
             Prim::Primal | Prim::Tangent => self.split_forward(&a, p == Prim::Tangent)?,
-            Prim::Zero | Prim::SZero => self.zero_leaves(&a)?,
+            Prim::Zero => self.zero_leaves(&a, false)?,
+            Prim::SZero => self.zero_leaves(&a, true)?,
             Prim::Bundle => {
                 let Some((x, y)) = self.two(&a, -1)? else {
                     return self.unsupported("internal: `bundle` of a non-pair");
@@ -1385,7 +1514,7 @@ impl Gen<'_, '_> {
                 self.bundle(&x, &y)?
             }
             Prim::Plus => {
-                let Some((x, y)) = self.two(&a, -1)? else {
+                let Some((x, y)) = self.two_raw(&a, -1)? else {
                     return self.unsupported("internal: `plus` of a non-pair");
                 };
                 self.plus(&x, &y)?
@@ -1404,6 +1533,19 @@ impl Gen<'_, '_> {
             av: out.clone(),
             leaves,
         })
+    }
+
+    /// The parts of `v` as they are (lazy zeros not computed).
+    fn raw_parts(&mut self, v: &Val, avs: &[&Av]) -> R<Vec<Val>> {
+        let parts = self.split(avs, &v.leaves)?;
+        Ok(avs
+            .iter()
+            .zip(parts)
+            .map(|(av, leaves)| Val {
+                av: (*av).clone(),
+                leaves,
+            })
+            .collect())
     }
 
     fn parts(&mut self, v: &Val, avs: &[&Av]) -> R<Vec<Val>> {
@@ -1429,6 +1571,9 @@ impl Gen<'_, '_> {
     /// The leaves of `primal` (or `tangent`) of a forward value.
     fn split_forward(&mut self, v: &Val, tangent: bool) -> R<Vec<String>> {
         Ok(match &v.av {
+            Av::Dyn(_) => {
+                vec![self.runtime_v(format!("vl_ad_split({}, {})", v.leaves[0], tangent as u8))]
+            }
             Av::Bundle(p, t) => {
                 let mut parts = self.split(&[p, t], &v.leaves)?;
                 parts.swap_remove(tangent as usize)
@@ -1451,32 +1596,96 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// The leaves of `(zero v)` (or of the zero sensitivity): reals become known zeros, and
-    /// booleans stay, so only the leaves of unknown booleans remain.
-    fn zero_leaves(&mut self, v: &Val) -> R<Vec<String>> {
+    /// A boxed value computed by the runtime, in a variable.
+    fn runtime_v(&mut self, e: String) -> String {
+        let t = self.fresh("t");
+        self.line(format!("V {t} = {e};"));
+        t
+    }
+
+    /// The leaves of `v` with `tag` pushed (`perturb`, `sensitize`, `*j`): scalars keep their
+    /// leaves under the tag; pairs and closures are mapped part by part.
+    fn tag_leaves(&mut self, v: &Val, tag: Tag) -> R<Vec<String>> {
         let v = self.force(v.clone())?;
         Ok(match &v.av {
-            Av::Bool(None) => v.leaves.clone(),
-            Av::Pair(_, a, d) | Av::Bundle(a, d) => {
-                let ps = self.parts(&v, &[a, d])?;
-                let mut out = self.zero_leaves(&ps[0])?;
-                out.extend(self.zero_leaves(&ps[1])?);
-                out
+            Av::Dyn(_) => {
+                vec![self.runtime_v(format!("vl_ad_tag({}, {})", v.leaves[0], tag_index(tag)))]
             }
-            Av::Tagged(_, x) => {
-                let ps = self.parts(&v, &[x])?;
-                self.zero_leaves(&ps[0])?
+            Av::Pair(_, a, d) => {
+                let ps = self.parts(&v, &[a, d])?;
+                let mut out = self.tag_leaves(&ps[0], tag)?;
+                out.extend(self.tag_leaves(&ps[1], tag)?);
+                out
             }
             Av::Closure(..) => {
                 let mut out = Vec::new();
                 for x in self.env_parts(&v)? {
-                    out.extend(self.zero_leaves(&x)?);
+                    out.extend(self.tag_leaves(&x, tag)?);
                 }
                 out
             }
-            Av::Dyn(_) | Av::Array(..) => {
-                return self.unsupported("`zero` of a boxed value or array")
+            Av::Array(..) => return self.unsupported("AD tags on arrays"),
+            _ => v.leaves.clone(),
+        })
+    }
+
+    /// The leaves of `v` with its outermost `tag` removed (`unperturb`, `unsensitize`,
+    /// `*j-inverse`).
+    fn untag_leaves(&mut self, v: &Val, tag: Tag, name: &str) -> R<Vec<String>> {
+        let v = self.force(v.clone())?;
+        Ok(match &v.av {
+            Av::Dyn(_) => vec![self.runtime_v(format!(
+                "vl_ad_untag({}, {}, {})",
+                v.leaves[0],
+                tag_index(tag),
+                c_string(name)
+            ))],
+            Av::Pair(_, a, d) => {
+                let ps = self.parts(&v, &[a, d])?;
+                let mut out = self.untag_leaves(&ps[0], tag, name)?;
+                out.extend(self.untag_leaves(&ps[1], tag, name)?);
+                out
             }
+            Av::Closure(..) => {
+                let mut out = Vec::new();
+                for x in self.env_parts(&v)? {
+                    out.extend(self.untag_leaves(&x, tag, name)?);
+                }
+                out
+            }
+            Av::Array(..) => return self.unsupported("AD tags on arrays"),
+            _ => v.leaves.clone(),
+        })
+    }
+
+    /// The leaves of `(zero v)` (or of the zero sensitivity): reals become known zeros, and
+    /// booleans stay, so only the leaves of unknown booleans remain.
+    fn zero_leaves(&mut self, v: &Val, sensitivity: bool) -> R<Vec<String>> {
+        let v = self.force(v.clone())?;
+        Ok(match &v.av {
+            Av::Dyn(_) => vec![self.runtime_v(format!(
+                "vl_ad_zero({}, {})",
+                v.leaves[0], sensitivity as u8
+            ))],
+            Av::Bool(None) => v.leaves.clone(),
+            Av::Pair(_, a, d) | Av::Bundle(a, d) => {
+                let ps = self.parts(&v, &[a, d])?;
+                let mut out = self.zero_leaves(&ps[0], sensitivity)?;
+                out.extend(self.zero_leaves(&ps[1], sensitivity)?);
+                out
+            }
+            Av::Tagged(_, x) => {
+                let ps = self.parts(&v, &[x])?;
+                self.zero_leaves(&ps[0], sensitivity)?
+            }
+            Av::Closure(..) => {
+                let mut out = Vec::new();
+                for x in self.env_parts(&v)? {
+                    out.extend(self.zero_leaves(&x, sensitivity)?);
+                }
+                out
+            }
+            Av::Array(..) => return self.unsupported("`zero` of a boxed value or array"),
             _ => Vec::new(),
         })
     }
@@ -1484,6 +1693,10 @@ impl Gen<'_, '_> {
     /// The leaves of `(bundle p t)`.
     fn bundle(&mut self, p: &Val, t: &Val) -> R<Vec<String>> {
         Ok(match (&p.av, &t.av) {
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
+                let (x, y) = (self.boxed_val(p)?, self.boxed_val(t)?);
+                vec![self.runtime_v(format!("vl_ad_bundle({x}, {y})"))]
+            }
             (Av::Pair(_, pa, pd), Av::Pair(_, ta, td)) => {
                 let ps = self.parts(p, &[pa, pd])?;
                 let ts = self.parts(t, &[ta, td])?;
@@ -1521,6 +1734,10 @@ impl Gen<'_, '_> {
             return Ok(a.leaves.clone());
         }
         Ok(match (&a.av, &b.av) {
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
+                let (x, y) = (self.boxed_val(a)?, self.boxed_val(b)?);
+                vec![self.runtime_v(format!("vl_ad_plus({x}, {y})"))]
+            }
             (Av::Real(Some(_)), Av::Real(Some(_))) => Vec::new(),
             (Av::Real(_), Av::Real(_)) => {
                 let x = match &a.av {
@@ -1537,20 +1754,20 @@ impl Gen<'_, '_> {
             }
             (Av::Pair(_, a1, d1), Av::Pair(_, a2, d2))
             | (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => {
-                let xs = self.parts(a, &[a1, d1])?;
-                let ys = self.parts(b, &[a2, d2])?;
+                let xs = self.raw_parts(a, &[a1, d1])?;
+                let ys = self.raw_parts(b, &[a2, d2])?;
                 let mut out = self.plus(&xs[0], &ys[0])?;
                 out.extend(self.plus(&xs[1], &ys[1])?);
                 out
             }
             (Av::Tagged(_, x), Av::Tagged(_, y)) => {
-                let xs = self.parts(a, &[x])?;
-                let ys = self.parts(b, &[y])?;
+                let xs = self.raw_parts(a, &[x])?;
+                let ys = self.raw_parts(b, &[y])?;
                 self.plus(&xs[0], &ys[0])?
             }
-            (Av::Closure(..), Av::Closure(..)) => {
-                let xs = self.env_parts(a)?;
-                let ys = self.env_parts(b)?;
+            (Av::Closure(_, e1), Av::Closure(_, e2)) => {
+                let xs = self.raw_parts(a, &e1.iter().collect::<Vec<_>>())?;
+                let ys = self.raw_parts(b, &e2.iter().collect::<Vec<_>>())?;
                 let mut out = Vec::new();
                 for (x, y) in xs.iter().zip(ys.iter()) {
                     out.extend(self.plus(x, y)?);
@@ -1654,12 +1871,13 @@ fn static_zero(of: &Av) -> bool {
     }
 }
 
-fn contains_dyn(v: &Av) -> bool {
+/// `v` has boxed parts that may be procedures.
+fn has_procedures(v: &Av) -> bool {
     match v {
-        Av::Dyn(_) => true,
-        Av::Pair(_, a, b) | Av::Bundle(a, b) => contains_dyn(a) || contains_dyn(b),
-        Av::Closure(_, env) => env.iter().any(contains_dyn),
-        Av::Tagged(_, x) | Av::Zero(x) | Av::Array(_, x) => contains_dyn(x),
+        Av::Dyn(classes) => !classes.is_empty(),
+        Av::Pair(_, a, b) | Av::Bundle(a, b) => has_procedures(a) || has_procedures(b),
+        Av::Closure(_, env) => env.iter().any(has_procedures),
+        Av::Tagged(_, x) | Av::Zero(x) | Av::Array(_, x) => has_procedures(x),
         _ => false,
     }
 }

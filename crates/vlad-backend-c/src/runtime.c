@@ -8,6 +8,7 @@
 
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
+enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
 enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED };
 struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
 
@@ -113,6 +114,26 @@ static const char *vl_prim_names[];
 static const char *vl_tag_names[] = {"forward", "perturbation", "sensitivity", "reverse"};
 static void vl_fail_internal(const char *m);
 
+static int vl_top(V v);
+static unsigned vl_tags_push(unsigned t, unsigned tag);
+static unsigned vl_tags_pop(unsigned t);
+/* For printing (vlad-eval/src/ad.rs `split_forward_shallow`, `untag_shallow`). */
+static V vl_split_shallow(V v, int tangent) {
+  if (v->kind == VL_BUNDLE) return v->s[tangent].v;
+  if (v->kind == VL_PAIR && vl_top(v) == 0) {
+    unsigned rest = vl_tags_pop(v->aux);
+    return vl_pair(tangent ? vl_tags_push(rest, 1) : rest, vl_split_shallow(v->s[0].v, tangent),
+                   vl_split_shallow(v->s[1].v, tangent));
+  }
+  return v;
+}
+static V vl_untag_shallow(V v, unsigned tag) {
+  if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
+  if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
+    return vl_pair(vl_tags_pop(v->aux), vl_untag_shallow(v->s[0].v, tag), vl_untag_shallow(v->s[1].v, tag));
+  return v;
+}
+
 static void vl_write(vl_buf *b, V v) {
   char num[64];
   switch (v->kind) {
@@ -128,7 +149,17 @@ static void vl_write(vl_buf *b, V v) {
     vl_put(b, "("); vl_put(b, vl_tag_names[v->aux]); vl_put(b, " "); vl_write(b, v->s[0].v);
     vl_put(b, ")"); return;
   case VL_PAIR:
-    if (v->aux) vl_fail_internal("printing a tagged pair");
+    if (v->aux) {
+      /* Tagged aggregates print as the tag applied to the untagged aggregate. */
+      if (vl_top(v) == VL_FORWARD) {
+        vl_put(b, "(forward "); vl_write(b, vl_split_shallow(v, 0)); vl_put(b, " ");
+        vl_write(b, vl_split_shallow(v, 1)); vl_put(b, ")");
+      } else {
+        vl_put(b, "("); vl_put(b, vl_tag_names[v->aux & 3]); vl_put(b, " ");
+        vl_write(b, vl_untag_shallow(v, v->aux & 3)); vl_put(b, ")");
+      }
+      return;
+    }
     vl_put(b, "(");
     for (;;) {
       vl_write(b, v->s[0].v);
@@ -233,6 +264,149 @@ static V vl_car(V v, unsigned tags, int site) {
     vl_fail_at(site, b.p);
   }
   return v->s[0].v;
+}
+
+/* ---- the AD operators on boxed data (vlad-eval/src/ad.rs); boxed procedures are mapped by
+   the compiled code, never here. */
+static unsigned vl_tags_push(unsigned t, unsigned tag) {
+  unsigned d = t >> 28;
+  if (d >= 14) vl_fail_internal("AD tags nested too deep");
+  return ((d + 1) << 28) | ((t & 0x0fffffffu) << 2) | tag;
+}
+static unsigned vl_tags_pop(unsigned t) {
+  unsigned d = t >> 28;
+  return d ? ((d - 1) << 28) | ((t & 0x0fffffffu) >> 2) : t;
+}
+/* The outermost tag of a value, or -1. */
+static int vl_top(V v) {
+  switch (v->kind) {
+  case VL_PAIR: return v->aux >> 28 ? (int)(v->aux & 3) : -1;
+  case VL_BUNDLE: return VL_FORWARD;
+  case VL_TAGGED: return (int)v->aux;
+  default: return -1;
+  }
+}
+static void vl_no_procedure(V v) {
+  if (v->kind == VL_CLOSURE || v->kind == VL_PRIM)
+    vl_fail_internal("an AD operator met a boxed procedure");
+}
+static void vl_ad_fail(const char *op, const char *what, V v) {
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, op); vl_put(&b, ": expected "); vl_put(&b, what); vl_put(&b, ", got ");
+  vl_describe(&b, v);
+  vl_fail_at(-1, b.p);
+}
+static V vl_ad_tag(V v, unsigned tag) {
+  vl_no_procedure(v);
+  if (v->kind == VL_PAIR)
+    return vl_pair(vl_tags_push(v->aux, tag), vl_ad_tag(v->s[0].v, tag), vl_ad_tag(v->s[1].v, tag));
+  return vl_tagged(tag, v);
+}
+static V vl_ad_untag(V v, unsigned tag, const char *op) {
+  vl_no_procedure(v);
+  if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
+  if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
+    return vl_pair(vl_tags_pop(v->aux), vl_ad_untag(v->s[0].v, tag, op), vl_ad_untag(v->s[1].v, tag, op));
+  vl_ad_fail(op, tag == VL_PERTURBATION ? "a perturbation value" : tag == VL_SENSITIVITY ? "a sensitivity value" : "a reverse value", v);
+  return v;
+}
+static V vl_ad_split(V v, int tangent) {
+  vl_no_procedure(v);
+  if (v->kind == VL_BUNDLE) return v->s[tangent].v;
+  if (v->kind == VL_PAIR && vl_top(v) == VL_FORWARD) {
+    unsigned rest = vl_tags_pop(v->aux);
+    return vl_pair(tangent ? vl_tags_push(rest, VL_PERTURBATION) : rest, vl_ad_split(v->s[0].v, tangent),
+                   vl_ad_split(v->s[1].v, tangent));
+  }
+  vl_ad_fail(tangent ? "tangent" : "primal", "a forward value", v);
+  return v;
+}
+static int vl_scalar(V v) { return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM; }
+static V vl_ad_bundle(V p, V t) {
+  vl_no_procedure(p);
+  vl_no_procedure(t);
+  if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && vl_scalar(t->s[0].v))
+    return vl_bundle(p, t);
+  if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION))
+    return vl_pair(vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(p->s[0].v, t->s[0].v),
+                   vl_ad_bundle(p->s[1].v, t->s[1].v));
+  vl_ad_fail("bundle", "a perturbation of the primal's shape", t);
+  return p;
+}
+static const char *vl_code_slots[];
+static V vl_ad_plus(V a, V b) {
+  if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
+    /* Closures of one code: their environments added slot by slot. */
+    const char *k = vl_code_slots[a->aux];
+    int n = (int)strlen(k);
+    V o = vl_obj(VL_CLOSURE, a->aux, n);
+    for (int i = 0; i < n; i++) {
+      if (k[i] == 'd') o->s[i].d = a->s[i].d + b->s[i].d;
+      else if (k[i] == 'b') o->s[i].b = a->s[i].b;
+      else o->s[i].v = vl_ad_plus(a->s[i].v, b->s[i].v);
+    }
+    return o;
+  }
+  vl_no_procedure(a);
+  vl_no_procedure(b);
+  if (a->kind == VL_REAL && b->kind == VL_REAL) return vl_real(a->s[0].d + b->s[0].d);
+  if (a->kind == VL_NIL && b->kind == VL_NIL) return a;
+  if (a->kind == VL_BOOL && b->kind == VL_BOOL && a->s[0].b == b->s[0].b) return a;
+  if (a->kind == VL_PAIR && b->kind == VL_PAIR && a->aux == b->aux)
+    return vl_pair(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
+  if (a->kind == VL_TAGGED && b->kind == VL_TAGGED && a->aux == b->aux)
+    return vl_tagged(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v));
+  if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE)
+    return vl_bundle(vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
+  vl_ad_fail("plus", "two values of the same shape", b);
+  return a;
+}
+/* zero (sensitivity == 0) or the zero sensitivity before its tag (sensitivity == 1). */
+static V vl_ad_zero(V v, int sensitivity) {
+  if (!sensitivity && v->kind == VL_CLOSURE && vl_code_slots[v->aux]) {
+    const char *k = vl_code_slots[v->aux];
+    int n = (int)strlen(k);
+    V o = vl_obj(VL_CLOSURE, v->aux, n);
+    for (int i = 0; i < n; i++) {
+      if (k[i] == 'd') o->s[i].d = 0.0;
+      else if (k[i] == 'b') o->s[i].b = v->s[i].b;
+      else o->s[i].v = vl_ad_zero(v->s[i].v, 0);
+    }
+    return o;
+  }
+  if (!sensitivity && v->kind == VL_PRIM) return v;
+  vl_no_procedure(v);
+  switch (v->kind) {
+  case VL_REAL: return vl_real(0.0);
+  case VL_PAIR: return vl_pair(v->aux, vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
+  case VL_BUNDLE: return vl_bundle(vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
+  case VL_TAGGED: return vl_tagged(v->aux, vl_ad_zero(v->s[0].v, sensitivity));
+  default: return v;
+  }
+}
+/* The evaluator's `equal_data` (constant patterns). */
+static int vl_equal_data(V a, V b) {
+  if (a->kind != b->kind) return 0;
+  switch (a->kind) {
+  case VL_NIL: return 1;
+  case VL_BOOL: return a->s[0].b == b->s[0].b;
+  case VL_REAL: return a->s[0].d == b->s[0].d;
+  case VL_PAIR: return a->aux == b->aux && vl_equal_data(a->s[0].v, b->s[0].v) && vl_equal_data(a->s[1].v, b->s[1].v);
+  case VL_BUNDLE: return vl_equal_data(a->s[0].v, b->s[0].v) && vl_equal_data(a->s[1].v, b->s[1].v);
+  case VL_TAGGED: return a->aux == b->aux && vl_equal_data(a->s[0].v, b->s[0].v);
+  default: return 0;
+  }
+}
+static V vl_ad_shallow_primal(V v) {
+  vl_no_procedure(v);
+  switch (v->kind) {
+  case VL_BUNDLE: return v->s[0].v;
+  case VL_TAGGED: return v->s[0].v;
+  case VL_PAIR:
+    if (v->aux >> 28) return vl_pair(vl_tags_pop(v->aux), v->s[0].v, v->s[1].v);
+  }
+  vl_ad_fail("primal", "a forward or reverse value", v);
+  return v;
 }
 
 /* ---- read-real: whitespace-separated numerals from standard input */

@@ -25,6 +25,8 @@ const NATIVE: &[&str] = &[
     "examples/higher-order.vlad",
     "examples/lists.vlad",
     "examples/particle-FF.vlad",
+    "examples/particle-FR.vlad",
+    "examples/saddle-FF.vlad",
     "examples/saddle-FR.vlad",
     "examples/secant.vlad",
     "examples/streams.vlad",
