@@ -290,6 +290,12 @@ static void vl_no_procedure(V v) {
   if (v->kind == VL_CLOSURE || v->kind == VL_PRIM)
     vl_fail_internal("an AD operator met a boxed procedure");
 }
+/* The AD maps of boxed closures, generated per code (the compiled program defines them):
+   kind 0-3 push a tag, 4-7 remove one, 8/9 primal/tangent, 10 the zero sensitivity, 11 the
+   shallow primal; and `bundle` of a closure and its perturbation. */
+enum { VL_MAP_UNTAG = 4, VL_MAP_PRIMAL = 8, VL_MAP_TANGENT = 9, VL_MAP_SZERO = 10, VL_MAP_SHALLOW = 11 };
+static V vl_map_closure(int kind, V v);
+static V vl_map_bundle(V p, V t);
 static void vl_ad_fail(const char *op, const char *what, V v) {
   vl_buf b = {0, 0, 0};
   vl_put(&b, op); vl_put(&b, ": expected "); vl_put(&b, what); vl_put(&b, ", got ");
@@ -297,12 +303,14 @@ static void vl_ad_fail(const char *op, const char *what, V v) {
   vl_fail_at(-1, b.p);
 }
 static V vl_ad_tag(V v, unsigned tag) {
+  if (v->kind == VL_CLOSURE) return vl_map_closure((int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_PAIR)
     return vl_pair(vl_tags_push(v->aux, tag), vl_ad_tag(v->s[0].v, tag), vl_ad_tag(v->s[1].v, tag));
   return vl_tagged(tag, v);
 }
 static V vl_ad_untag(V v, unsigned tag, const char *op) {
+  if (v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_UNTAG + (int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
   if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
@@ -311,6 +319,7 @@ static V vl_ad_untag(V v, unsigned tag, const char *op) {
   return v;
 }
 static V vl_ad_split(V v, int tangent) {
+  if (v->kind == VL_CLOSURE) return vl_map_closure(tangent ? VL_MAP_TANGENT : VL_MAP_PRIMAL, v);
   vl_no_procedure(v);
   if (v->kind == VL_BUNDLE) return v->s[tangent].v;
   if (v->kind == VL_PAIR && vl_top(v) == VL_FORWARD) {
@@ -321,16 +330,23 @@ static V vl_ad_split(V v, int tangent) {
   vl_ad_fail(tangent ? "tangent" : "primal", "a forward value", v);
   return v;
 }
+static void vl_shape_fail(const char *op, V a, V b) {
+  vl_buf m = {0, 0, 0};
+  vl_put(&m, op); vl_put(&m, ": the values do not have the same shape: ");
+  vl_describe(&m, a); vl_put(&m, " and "); vl_describe(&m, b);
+  vl_fail_at(-1, m.p);
+}
 static int vl_scalar(V v) { return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM; }
 static V vl_ad_bundle(V p, V t) {
+  if (p->kind == VL_CLOSURE) return vl_map_bundle(p, t);
   vl_no_procedure(p);
   vl_no_procedure(t);
-  if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && vl_scalar(t->s[0].v))
+  if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && t->s[0].v->kind == p->kind)
     return vl_bundle(p, t);
   if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION))
     return vl_pair(vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(p->s[0].v, t->s[0].v),
                    vl_ad_bundle(p->s[1].v, t->s[1].v));
-  vl_ad_fail("bundle", "a perturbation of the primal's shape", t);
+  vl_shape_fail("bundle", p, t);
   return p;
 }
 static const char *vl_code_slots[];
@@ -358,7 +374,7 @@ static V vl_ad_plus(V a, V b) {
     return vl_tagged(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v));
   if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE)
     return vl_bundle(vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
-  vl_ad_fail("plus", "two values of the same shape", b);
+  vl_shape_fail("plus", a, b);
   return a;
 }
 /* zero (sensitivity == 0) or the zero sensitivity before its tag (sensitivity == 1). */
@@ -375,6 +391,7 @@ static V vl_ad_zero(V v, int sensitivity) {
     return o;
   }
   if (!sensitivity && v->kind == VL_PRIM) return v;
+  if (sensitivity && v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_SZERO, v);
   vl_no_procedure(v);
   switch (v->kind) {
   case VL_REAL: return vl_real(0.0);
@@ -397,7 +414,17 @@ static int vl_equal_data(V a, V b) {
   default: return 0;
   }
 }
+/* The zero sensitivity of a reverse value, computed in full (the evaluator's lazy zero,
+   forced all the way down): closures by their generated maps (map 14). */
+static V vl_zero_sens(V of) {
+  if (of->kind == VL_CLOSURE) return vl_map_closure(14, of);
+  if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
+    return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),
+                   vl_zero_sens(of->s[1].v));
+  return vl_ad_tag(vl_ad_zero(vl_ad_untag(of, VL_REVERSE, "zero"), 1), VL_SENSITIVITY);
+}
 static V vl_ad_shallow_primal(V v) {
+  if (v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_SHALLOW, v);
   vl_no_procedure(v);
   switch (v->kind) {
   case VL_BUNDLE: return v->s[0].v;
