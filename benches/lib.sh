@@ -4,13 +4,15 @@
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
-# bench NAME FILE INPUT: runs it REPS times, prints "NAME median output", sets LAST
+# bench NAME FILE INPUT: runs it REPS times, prints "NAME median output", sets LAST.
+# `vlad run` compiles to native code by default; these benchmarks measure the evaluator, as
+# their tables say: RUN_FLAGS (default --interp) goes to `vlad run` (RUN_FLAGS= for native).
 bench() {
   local name=$1 file=$2 input=$3 times=() out=""
   for ((r = 0; r < REPS; r++)); do
     local t0 t1
     t0=$(date +%s.%N)
-    out=$(echo "$input" | timeout "$TIMEOUT" "$VLAD" run "$file" 2>&1)
+    out=$(echo "$input" | timeout "$TIMEOUT" "$VLAD" run ${RUN_FLAGS---interp} "$file" 2>&1)
     local rc=$?
     t1=$(date +%s.%N)
     if [ $rc -ne 0 ]; then

@@ -13,7 +13,7 @@ for prog in benches/evaluator/fib.vlad benches/evaluator/loop.vlad benches/evalu
             examples/saddle-FF.vlad examples/particle-FF.vlad; do
   times=()
   for _ in $(seq "$n"); do
-    /usr/bin/time -f '%e %M' -o /tmp/vlad-bench-time "$vlad" run "$prog" > /dev/null
+    /usr/bin/time -f '%e %M' -o /tmp/vlad-bench-time "$vlad" run --interp "$prog" > /dev/null
     times+=("$(cut -d' ' -f1 /tmp/vlad-bench-time)")
   done
   med=$(printf '%s\n' "${times[@]}" | median)

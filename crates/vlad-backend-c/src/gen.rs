@@ -371,6 +371,16 @@ impl Gen<'_, '_> {
             .collect()
     }
 
+    /// Stores a branch's value, converted to the joined abstract value `av`, in the shared
+    /// result variables `dst` (nothing for a branch that never returns).
+    fn store(&mut self, dst: &[String], av: &Av, v: Val) -> R<()> {
+        if v.av != Av::Bottom {
+            let v = self.coerce(v, av)?;
+            self.assign(dst, &v.leaves);
+        }
+        Ok(())
+    }
+
     fn assign(&mut self, dst: &[String], src: &[String]) {
         for (d, s) in dst.iter().zip(src) {
             if d != s {
@@ -428,16 +438,7 @@ impl Gen<'_, '_> {
         let mut env: Vec<(Var, Val)> = Vec::new();
         let mut env_leaves = Vec::new();
         for (i, (v, av)) in code.free.iter().zip(f.env.iter()).enumerate() {
-            let leaves: Vec<String> = self
-                .layout(av)?
-                .iter()
-                .enumerate()
-                .map(|(j, l)| {
-                    let name = format!("e{i}_{j}");
-                    params.push(format!("{} {name}", l.ctype()));
-                    name
-                })
-                .collect();
+            let leaves = self.parameters(av, &format!("e{i}_"), &mut params)?;
             env_leaves.extend(leaves.iter().cloned());
             env.push((
                 *v,
@@ -459,16 +460,7 @@ impl Gen<'_, '_> {
                 },
             ));
         }
-        let arg_leaves: Vec<String> = self
-            .layout(&f.arg)?
-            .iter()
-            .enumerate()
-            .map(|(j, l)| {
-                let name = format!("a{j}");
-                params.push(format!("{} {name}", l.ctype()));
-                name
-            })
-            .collect();
+        let arg_leaves = self.parameters(&f.arg, "a", &mut params)?;
         let arg = Val {
             av: f.arg.clone(),
             leaves: arg_leaves,
@@ -503,6 +495,21 @@ impl Gen<'_, '_> {
         }
         let text = format!("{sig} {{\n{}}}\n\n", self.body);
         Ok((sig, text))
+    }
+
+    /// C parameters `PREFIX0`, `PREFIX1`, ... for the leaves of `av` (declarations pushed on
+    /// `params`), and their names.
+    fn parameters(&self, av: &Av, prefix: &str, params: &mut Vec<String>) -> R<Vec<String>> {
+        Ok(self
+            .layout(av)?
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                let name = format!("{prefix}{j}");
+                params.push(format!("{} {name}", l.ctype()));
+                name
+            })
+            .collect())
     }
 
     /// A call of the function of key `k` with these environment and argument leaves (already
@@ -676,18 +683,12 @@ impl Gen<'_, '_> {
                         self.line(format!("if ({cond}) {{"));
                         self.indent += 1;
                         let x = self.expr(a, env)?;
-                        if x.av != Av::Bottom {
-                            let x = self.coerce(x, &av)?;
-                            self.assign(&out, &x.leaves);
-                        }
+                        self.store(&out, &av, x)?;
                         self.indent -= 1;
                         self.line("} else {");
                         self.indent += 1;
                         let y = self.expr(b, env)?;
-                        if y.av != Av::Bottom {
-                            let y = self.coerce(y, &av)?;
-                            self.assign(&out, &y.leaves);
-                        }
+                        self.store(&out, &av, y)?;
                         self.indent -= 1;
                         self.line("}");
                         return Ok(Val { av, leaves: out });
@@ -727,15 +728,9 @@ impl Gen<'_, '_> {
             }
             Pattern::Cons(tags, a, b) => match &v.av {
                 Av::Pair(t, x, y) if t == tags => {
-                    let parts = self.split(&[x, y], &v.leaves)?;
-                    let x = Val {
-                        av: (**x).clone(),
-                        leaves: parts[0].clone(),
-                    };
-                    let y = Val {
-                        av: (**y).clone(),
-                        leaves: parts[1].clone(),
-                    };
+                    let mut ps = self.raw_parts(&v, &[x, y])?;
+                    let y = ps.pop().expect("two parts");
+                    let x = ps.pop().expect("two parts");
                     Ok(self.bind(a, x, env, span)? && self.bind(b, y, env, span)?)
                 }
                 Av::Dyn(_) => {
@@ -1018,29 +1013,14 @@ impl Gen<'_, '_> {
             Av::Real(Some(x)) => format!("vl_real({})", real_literal(x.get())),
             Av::Real(None) => format!("vl_real({})", v.leaves[0]),
             Av::Prim(p) => format!("vl_prim({})", prim_index(*p)),
-            Av::Pair(t, a, b) => {
-                let parts = self.split(&[a, b], &v.leaves)?;
-                let x = self.boxed_val(&Val {
-                    av: (**a).clone(),
-                    leaves: parts[0].clone(),
-                })?;
-                let y = self.boxed_val(&Val {
-                    av: (**b).clone(),
-                    leaves: parts[1].clone(),
-                })?;
-                format!("vl_pair({}u, {x}, {y})", t.bits())
-            }
-            Av::Bundle(a, b) => {
-                let parts = self.split(&[a, b], &v.leaves)?;
-                let x = self.boxed_val(&Val {
-                    av: (**a).clone(),
-                    leaves: parts[0].clone(),
-                })?;
-                let y = self.boxed_val(&Val {
-                    av: (**b).clone(),
-                    leaves: parts[1].clone(),
-                })?;
-                format!("vl_bundle({x}, {y})")
+            Av::Pair(_, a, b) | Av::Bundle(a, b) => {
+                let ps = self.raw_parts(v, &[a, b])?;
+                let x = self.boxed_val(&ps[0])?;
+                let y = self.boxed_val(&ps[1])?;
+                match &v.av {
+                    Av::Pair(t, ..) => format!("vl_pair({}u, {x}, {y})", t.bits()),
+                    _ => format!("vl_bundle({x}, {y})"),
+                }
             }
             Av::Tagged(t, x) => {
                 let inner = self.boxed_val(&Val {
@@ -1152,18 +1132,12 @@ impl Gen<'_, '_> {
                         self.line(format!("if ({cond}) {{"));
                         self.indent += 1;
                         let x = self.apply(then, thv, Val::known(Av::Nil), out, site)?;
-                        if x.av != Av::Bottom {
-                            let x = self.coerce(x, out)?;
-                            self.assign(&res, &x.leaves);
-                        }
+                        self.store(&res, out, x)?;
                         self.indent -= 1;
                         self.line("} else {");
                         self.indent += 1;
                         let y = self.apply(els, elv, Val::known(Av::Nil), out, site)?;
-                        if y.av != Av::Bottom {
-                            let y = self.coerce(y, out)?;
-                            self.assign(&res, &y.leaves);
-                        }
+                        self.store(&res, out, y)?;
                         self.indent -= 1;
                         self.line("}");
                         Ok(Val {
@@ -1225,10 +1199,7 @@ impl Gen<'_, '_> {
                     }
                     let arg = self.coerce(a.clone(), &fun.arg)?;
                     let r = self.call_fun(*k, env_leaves, arg.leaves)?;
-                    if r.av != Av::Bottom {
-                        let r = self.coerce(r, out)?;
-                        self.assign(&res, &r.leaves);
-                    }
+                    self.store(&res, out, r)?;
                     self.line("break;");
                     self.indent -= 1;
                     self.line("}");
@@ -1238,10 +1209,7 @@ impl Gen<'_, '_> {
                     self.indent += 1;
                     let want = self.prim_result(*p, &a.av)?;
                     let r = self.prim(*p, a.clone(), &want, site)?;
-                    if r.av != Av::Bottom {
-                        let r = self.coerce(r, out)?;
-                        self.assign(&res, &r.leaves);
-                    }
+                    self.store(&res, out, r)?;
                     self.line("break;");
                     self.indent -= 1;
                     self.line("}");
@@ -1294,15 +1262,9 @@ impl Gen<'_, '_> {
         let a = self.force(a.clone())?;
         Ok(match &a.av {
             Av::Pair(t, x, y) if t.is_empty() => {
-                let parts = self.split(&[x, y], &a.leaves)?;
-                let x = Val {
-                    av: (**x).clone(),
-                    leaves: parts[0].clone(),
-                };
-                let y = Val {
-                    av: (**y).clone(),
-                    leaves: parts[1].clone(),
-                };
+                let mut ps = self.raw_parts(&a, &[x, y])?;
+                let y = ps.pop().expect("two parts");
+                let x = ps.pop().expect("two parts");
                 Some((x, y))
             }
             Av::Dyn(_) => {

@@ -132,7 +132,17 @@ fn dispatch(cli: Cli) -> u8 {
             include,
             max_steps,
             engine,
-        } => check::check(&file, &include, max_steps, engine),
+        } => {
+            if engine == Engine::Native {
+                eprintln!(
+                    "vlad: `check --engine native` is not available: assertions run in the \
+                     evaluator (eval) or the specialised program (ir); `vlad run` runs whole \
+                     programs natively"
+                );
+                return 2;
+            }
+            check::check(&file, &include, max_steps, engine)
+        }
         Command::Compile {
             file,
             include,
@@ -186,7 +196,7 @@ pub(crate) fn evaluate(
     max_steps: Option<u64>,
 ) -> Result<vlad_eval::value::Value, vlad_eval::EvalError> {
     match engine {
-        // `check` runs each assertion alone; native code runs whole programs (`run_native`).
+        // Native code runs whole programs (`run_native`); `check` refuses it.
         Engine::Eval | Engine::Native => ev.eval(core),
         Engine::Ir => {
             let compiled = {
