@@ -5,8 +5,8 @@
 //! table for every call it makes, adding keys it has not seen; a worklist re-evaluates a key
 //! when a result it read has grown, until nothing changes. Results only grow (by `Av::join`),
 //! and the lattice is finite: values are bounded in depth, repetition and size (`Av::bounded`),
-//! classes and summaries of boxed values only grow, a closure called with more
-//! than `MAX_VARIANTS` arguments of one shape gets one growing key from then on (a loop counter
+//! classes and summaries of boxed values only grow, a closure (a code and an exact environment)
+//! called with more than `MAX_VARIANTS` arguments of one shape gets one growing key from then on (a loop counter
 //! that is a different constant at each iteration widens to "some real", constants that never
 //! change stay known), and a code with more than `MAX_CODE_VARIANTS` keys gets one for all. So
 //! the analysis always terminates, without `(real ...)` annotations; `MAX_KEYS` and `MAX_EVALS`
@@ -23,9 +23,11 @@ use std::rc::Rc;
 use vlad_core::{Datum, Expr, ExprId, Pattern, Prim, Span, Tag, Tags, Var};
 use vlad_eval::Evaluator;
 
-/// A closure's different abstract arguments of one shape (same code, same environment, the
-/// same argument but for constants) before they are merged into one: a loop counter widens to
-/// "some real" after this many iterations.
+/// A closure's different abstract arguments of one shape (same code, the same exact
+/// environment, the same argument but for constants) before they are merged into one: a loop
+/// counter widens to "some real" after this many iterations. Closures of one code over
+/// different environments count apart (counting by environment shape widened unrelated calls
+/// together; docs/flow.md); `MAX_CODE_VARIANTS` bounds a code whatever its environments.
 pub const MAX_VARIANTS: usize = 8;
 
 /// A code's different keys over all environments before they are all merged (the last resort
@@ -458,11 +460,7 @@ impl<'a> Analysis<'a> {
         let bucket_key = if code_widening {
             None
         } else {
-            Some((
-                code,
-                key.env.iter().map(Av::shape).collect(),
-                key.arg.shape(),
-            ))
+            Some((code, key.env.clone(), key.arg.shape()))
         };
         let bucket = match &bucket_key {
             Some(b) => self.per_shape.get(b),
