@@ -70,13 +70,13 @@ pub fn compile(
     match emit {
         Emit::Flow => {
             for (span, k) in results {
-                println!(
-                    "; {} => {}",
+                write_out(&format!(
+                    "; {} => {}\n",
                     place(span),
                     analysis.show_av(&analysis.results[k], &place)
-                );
+                ));
             }
-            print!("{}", analysis.show(&place));
+            write_out(&analysis.show(&place));
         }
         Emit::Ir => {
             let entries: Vec<usize> = results.iter().map(|r| r.1).collect();
@@ -90,9 +90,9 @@ pub fn compile(
                 }
             };
             for (span, k) in &results {
-                println!("; {} => f{k}", place(*span));
+                write_out(&format!("; {} => f{k}\n", place(*span)));
             }
-            print!("{}", program.show(&analysis, &place));
+            write_out(&program.show(&analysis, &place));
         }
         Emit::C => unreachable!("handled by compile_c"),
     }
@@ -121,7 +121,7 @@ fn compile_c(
     };
     let written = match (emit, output) {
         (Some(Emit::C), None) => {
-            print!("{c}");
+            write_out(&c);
             Ok(())
         }
         (Some(Emit::C), Some(out)) => {
@@ -137,4 +137,10 @@ fn compile_c(
             1
         }
     }
+}
+
+/// Writes to standard output; a closed pipe (`vlad compile ... | head`) is not an error.
+fn write_out(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

@@ -171,7 +171,21 @@ pub fn run_executable(exe: &Path) -> Result<u8, String> {
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
     Ok(match status.code() {
         Some(c) => c.clamp(0, 255) as u8,
-        // Killed by a signal.
+        // A closed pipe (`vlad run prog | head`) ends the program, as it ends the evaluator's
+        // output, without an error.
+        None if broken_pipe(&status) => 0,
+        // Killed by another signal.
         None => 70,
     })
+}
+
+#[cfg(unix)]
+fn broken_pipe(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(13)
+}
+
+#[cfg(not(unix))]
+fn broken_pipe(_: &std::process::ExitStatus) -> bool {
+    false
 }

@@ -210,3 +210,44 @@ fn second_run_uses_the_cache() {
     assert_eq!(again.stdout, o.stdout);
     assert_eq!(entries(), first, "the same executable, not written again");
 }
+
+/// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
+/// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    use std::io::{BufRead, BufReader};
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("many.vlad");
+    std::fs::write(
+        &file,
+        "(define (loop i) (if (< i 1000000) (let ((x (write-real i))) (loop (+ i 1))) 0))\n(loop 0)\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["run", file],
+        vec!["compile", "examples/saddle-FF.vlad", "--emit", "c"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(&args)
+            .current_dir(&root)
+            .env("VLAD_CACHE_DIR", cache.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run vlad");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty(), "{args:?}: no output");
+        // The reader is dropped here: the pipe is closed.
+        let out = child.wait_with_output().expect("wait for vlad");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {}\n{err}", out.status);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
