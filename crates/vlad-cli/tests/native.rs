@@ -34,6 +34,7 @@ const NATIVE: &[&str] = &[
     "examples/secant.vlad",
     "examples/streams.vlad",
     "examples/tour.vlad",
+    "tests/ad/property.vlad",
     "tests/ad/reverse.vlad",
     "tests/ad/reverse-property.vlad",
     "tests/conformance/io.vlad",
