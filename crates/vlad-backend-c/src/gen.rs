@@ -1309,6 +1309,27 @@ impl Gen<'_, '_> {
                 let Some((x, y)) = self.two(&a, site)? else {
                     return self.prim_error(p, &a, site);
                 };
+                let is_dyn = |v: &Val| matches!(v.av, Av::Dyn(_));
+                let can_be_real = |v: &Val| matches!(v.av, Av::Real(_) | Av::Dyn(_));
+                if !can_be_real(&x) || !can_be_real(&y) || is_dyn(&x) || is_dyn(&y) {
+                    // The evaluator's message names both operands.
+                    let bx = self.boxed_for_display(&x)?;
+                    let by = self.boxed_for_display(&y)?;
+                    let test = [(&x, &bx), (&y, &by)]
+                        .iter()
+                        .filter(|(v, _)| is_dyn(v))
+                        .map(|(_, b)| format!("{b}->kind == VL_REAL"))
+                        .chain((!can_be_real(&x) || !can_be_real(&y)).then(|| "0".to_string()))
+                        .collect::<Vec<_>>()
+                        .join(" && ");
+                    self.line(format!(
+                        "if (!({test})) vl_fail_two({site}, {}, {bx}, {by});",
+                        c_string(p.name())
+                    ));
+                    if !can_be_real(&x) || !can_be_real(&y) {
+                        return Ok(Val::known(Av::Bottom));
+                    }
+                }
                 let (Some(xs), Some(ys)) = (
                     self.real_operand(&x, p, site),
                     self.real_operand(&y, p, site),

@@ -245,6 +245,13 @@ static void vl_fail_mismatch(int site, V c, V v) {
   vl_describe(&b, v);
   vl_fail_at(site, b.p);
 }
+/* `+` and the other two-real primitives on operands that are not both reals. */
+static void vl_fail_two(int site, const char *prim, V a, V b) {
+  vl_buf m = {0, 0, 0};
+  vl_put(&m, "`"); vl_put(&m, prim); vl_put(&m, "` takes two reals, got ");
+  vl_describe(&m, a); vl_put(&m, " and "); vl_describe(&m, b);
+  vl_fail_at(site, m.p);
+}
 static double vl_to_real(V v, int site, const char *prim) {
   if (v->kind == VL_REAL) return v->s[0].d;
   vl_buf b = {0, 0, 0};

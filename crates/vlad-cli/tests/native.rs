@@ -252,3 +252,35 @@ fn a_closed_pipe_is_not_an_error() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// Errors in compiled code read as the evaluator's, also where the operand is a boxed value
+/// (the join of a list and a real) and where it is known not to be a real.
+#[test]
+fn compiled_errors_match_the_evaluator() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a directory");
+    for (name, text) in [
+        (
+            "boxed.vlad",
+            "(define (h x) (if (< x 0) (list 1) 2))\n(define (k y) (+ (h y) 1))\n(k 5)\n(k (real -1))\n",
+        ),
+        ("known.vlad", "(define (f x) (* x #t))\n(f (real 2))\n"),
+        ("pattern.vlad", "(define (g (cons a b)) a)\n(g (cons 1 2))\n(g (real 3))\n"),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let file = file.to_str().unwrap();
+        let c = vlad(&root, cache.path(), &["compile", file, "--emit", "c"]);
+        assert!(c.status.success(), "{name}: {}", String::from_utf8_lossy(&c.stderr));
+        let native = vlad(&root, cache.path(), &["run", file]);
+        let eval = vlad(&root, cache.path(), &["run", "--interp", file]);
+        assert_eq!(native.status.code(), Some(1), "{name}");
+        assert_eq!(native.stdout, eval.stdout, "{name}");
+        assert_eq!(
+            String::from_utf8_lossy(&native.stderr),
+            String::from_utf8_lossy(&eval.stderr),
+            "{name}"
+        );
+    }
+}
