@@ -94,6 +94,60 @@ fn tag_index(t: Tag) -> u32 {
     t as u32
 }
 
+/// An AD map of boxed values that boxed closures need a generated function for: the
+/// `vl_map_closure` kinds of runtime.c (`number`), plus `bundle` (`vl_map_bundle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum MapKind {
+    /// `perturb`, `sensitize`, `*j`.
+    Tag(Tag),
+    /// `unperturb`, `unsensitize`, `*j-inverse`.
+    Untag(Tag),
+    /// `primal` (false) or `tangent` (true).
+    Split(bool),
+    /// The zero sensitivity before its tag (`%sensitivity-zero`).
+    SZero,
+    ShallowPrimal,
+    Bundle,
+    /// The zero sensitivity of a reverse value, computed in full (`vl_zero_sens`).
+    ZeroSensitivity,
+}
+
+impl MapKind {
+    /// The kind's number in runtime.c.
+    fn number(self) -> u32 {
+        match self {
+            MapKind::Tag(t) => tag_index(t),
+            MapKind::Untag(t) => 4 + tag_index(t),
+            MapKind::Split(tangent) => 8 + tangent as u32,
+            MapKind::SZero => 10,
+            MapKind::ShallowPrimal => 11,
+            MapKind::Bundle => 12,
+            MapKind::ZeroSensitivity => 14,
+        }
+    }
+
+    /// The primitive whose abstract version gives the map's result.
+    fn prim(self) -> Option<Prim> {
+        Some(match self {
+            MapKind::Tag(Tag::Perturbation) => Prim::Perturb,
+            MapKind::Tag(Tag::Sensitivity) => Prim::Sensitize,
+            MapKind::Tag(Tag::Reverse) => Prim::StarJ,
+            MapKind::Untag(Tag::Perturbation) => Prim::Unperturb,
+            MapKind::Untag(Tag::Sensitivity) => Prim::Unsensitize,
+            MapKind::Untag(Tag::Reverse) => Prim::StarJInverse,
+            MapKind::Split(false) => Prim::Primal,
+            MapKind::Split(true) => Prim::Tangent,
+            MapKind::SZero => Prim::SZero,
+            MapKind::ShallowPrimal => Prim::ShallowPrimal,
+            MapKind::Bundle => Prim::Bundle,
+            // Forward tags come from `bundle`; the full zero is not one primitive.
+            MapKind::Tag(Tag::Forward)
+            | MapKind::Untag(Tag::Forward)
+            | MapKind::ZeroSensitivity => return None,
+        })
+    }
+}
+
 /// A C double literal with exactly the value `x`.
 fn real_literal(x: f64) -> String {
     if x.is_nan() {
@@ -152,7 +206,7 @@ struct Gen<'g, 'a> {
     /// The innermost source position, for `Unsupported`.
     span: Span,
     /// The AD maps of boxed closures the program uses (`MapKind` numbers of runtime.c).
-    map_kinds: std::collections::BTreeSet<u8>,
+    map_kinds: std::collections::BTreeSet<MapKind>,
     /// Boxing only to print or describe a value: a closure whose code is never called boxed
     /// (it has no environment summary) is boxed without its environment.
     for_display: bool,
@@ -369,6 +423,39 @@ impl Gen<'_, '_> {
                 t
             })
             .collect()
+    }
+
+    /// A two-way branch on a condition (`truth`'s C text): only the arm a known condition
+    /// takes, else both, their values stored in shared variables of the joined value `av`.
+    fn branch(
+        &mut self,
+        cond: &str,
+        av: &Av,
+        mut arm: impl FnMut(&mut Self, bool) -> R<Val>,
+    ) -> R<Val> {
+        match cond {
+            "1" => return arm(self, true),
+            "0" => return arm(self, false),
+            _ => {}
+        }
+        let layout = self.layout(av)?;
+        let out = self.temps(&layout);
+        for then in [true, false] {
+            self.line(if then {
+                format!("if ({cond}) {{")
+            } else {
+                "} else {".to_string()
+            });
+            self.indent += 1;
+            let v = arm(self, then)?;
+            self.store(&out, av, v)?;
+            self.indent -= 1;
+        }
+        self.line("}");
+        Ok(Val {
+            av: av.clone(),
+            leaves: out,
+        })
     }
 
     /// Stores a branch's value, converted to the joined abstract value `av`, in the shared
@@ -664,36 +751,10 @@ impl Gen<'_, '_> {
             }
             Expr::If(c, a, b) => {
                 let cv = self.expr(c, env)?;
-                if cv.av == Av::Bottom {
+                let Some(cond) = self.truth(&cv)? else {
                     return Ok(Val::known(Av::Bottom));
-                }
-                let test = self.truth(&cv)?;
-                let cond = test.clone().unwrap_or_default();
-                let test = match test.as_deref() {
-                    Some("1") => Some(true),
-                    Some("0") => Some(false),
-                    _ => None,
                 };
-                match test {
-                    Some(true) => self.expr(a, env)?,
-                    Some(false) => self.expr(b, env)?,
-                    None => {
-                        let layout = self.layout(&av)?;
-                        let out = self.temps(&layout);
-                        self.line(format!("if ({cond}) {{"));
-                        self.indent += 1;
-                        let x = self.expr(a, env)?;
-                        self.store(&out, &av, x)?;
-                        self.indent -= 1;
-                        self.line("} else {");
-                        self.indent += 1;
-                        let y = self.expr(b, env)?;
-                        self.store(&out, &av, y)?;
-                        self.indent -= 1;
-                        self.line("}");
-                        return Ok(Val { av, leaves: out });
-                    }
-                }
+                self.branch(&cond, &av, |s, then| s.expr(if then { a } else { b }, env))?
             }
         };
         if v.av == Av::Bottom {
@@ -860,20 +921,8 @@ impl Gen<'_, '_> {
         let leaves = match &of.av {
             // A pair or closure of zeros of the parts: each part keeps its leaves if its own
             // zero is not known.
-            Av::Pair(_, a, d) => {
-                let ps = self.parts(&of, &[a, d])?;
-                ps.into_iter()
-                    .flat_map(|p| {
-                        if static_zero(&p.av) {
-                            Vec::new()
-                        } else {
-                            p.leaves
-                        }
-                    })
-                    .collect()
-            }
-            Av::Closure(..) => self
-                .env_parts(&of)?
+            Av::Pair(..) | Av::Closure(..) => self
+                .components(&of, true)?
                 .into_iter()
                 .flat_map(|p| {
                     if static_zero(&p.av) {
@@ -884,7 +933,7 @@ impl Gen<'_, '_> {
                 })
                 .collect(),
             Av::Dyn(_) => {
-                self.map_kinds.insert(14);
+                self.map_kinds.insert(MapKind::ZeroSensitivity);
                 vec![self.runtime_v(format!("vl_zero_sens({})", of.leaves[0]))]
             }
             _ if self.layout(&forced)?.is_empty() => Vec::new(),
@@ -1096,7 +1145,7 @@ impl Gen<'_, '_> {
             }
             Target::Prim(p) => self.prim(*p, a, out, site),
             Target::Dispatch(ts) => self.dispatch(ts, f, a, out, site),
-            Target::IfProc(then, els) => {
+            Target::IfProc(then_t, els_t) => {
                 let a = self.force(a)?;
                 let Av::Pair(_, c, rest) = &a.av else {
                     return self.unsupported("`if-procedure` on a boxed argument");
@@ -1117,35 +1166,13 @@ impl Gen<'_, '_> {
                     av: (**el).clone(),
                     leaves: parts[2].clone(),
                 };
-                let cond = self.truth(&cv)?.unwrap_or_default();
-                let test = match cond.as_str() {
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => None,
+                let Some(cond) = self.truth(&cv)? else {
+                    return Ok(Val::known(Av::Bottom));
                 };
-                match test {
-                    Some(true) => self.apply(then, thv, Val::known(Av::Nil), out, site),
-                    Some(false) => self.apply(els, elv, Val::known(Av::Nil), out, site),
-                    None => {
-                        let layout = self.layout(out)?;
-                        let res = self.temps(&layout);
-                        self.line(format!("if ({cond}) {{"));
-                        self.indent += 1;
-                        let x = self.apply(then, thv, Val::known(Av::Nil), out, site)?;
-                        self.store(&res, out, x)?;
-                        self.indent -= 1;
-                        self.line("} else {");
-                        self.indent += 1;
-                        let y = self.apply(els, elv, Val::known(Av::Nil), out, site)?;
-                        self.store(&res, out, y)?;
-                        self.indent -= 1;
-                        self.line("}");
-                        Ok(Val {
-                            av: out.clone(),
-                            leaves: res,
-                        })
-                    }
-                }
+                self.branch(&cond, out, |s, then| {
+                    let (t, thunk) = if then { (then_t, &thv) } else { (els_t, &elv) };
+                    s.apply(t, thunk.clone(), Val::known(Av::Nil), out, site)
+                })
             }
             Target::Build(_) | Target::Ifold(_) => self.unsupported("arrays (`build`, `ifold`)"),
             Target::NotProcedure => {
@@ -1532,7 +1559,10 @@ impl Gen<'_, '_> {
             Prim::ShallowPrimal => match &a.av {
                 Av::Bundle(x, y) => self.split(&[x, y], &a.leaves)?.swap_remove(0),
                 Av::Dyn(_) => {
-                    vec![self.runtime_map(11, format!("vl_ad_shallow_primal({})", a.leaves[0]))]
+                    vec![self.runtime_map(
+                        Some(MapKind::ShallowPrimal),
+                        format!("vl_ad_shallow_primal({})", a.leaves[0]),
+                    )]
                 }
                 _ => a.leaves,
             },
@@ -1595,12 +1625,42 @@ impl Gen<'_, '_> {
         Ok(out)
     }
 
-    fn env_parts(&mut self, v: &Val) -> R<Vec<Val>> {
-        let Av::Closure(_, env) = &v.av else {
-            unreachable!("a closure")
+    /// The parts of a pair, bundle or tagged value, or a closure's environment (lazy zeros in
+    /// them computed if `forced`).
+    fn components(&mut self, v: &Val, forced: bool) -> R<Vec<Val>> {
+        let avs: Vec<Av> = match &v.av {
+            Av::Pair(_, a, d) | Av::Bundle(a, d) => vec![(**a).clone(), (**d).clone()],
+            Av::Tagged(_, x) => vec![(**x).clone()],
+            Av::Closure(_, env) => env.to_vec(),
+            _ => return self.unsupported("internal: the parts of a scalar"),
         };
-        let env = env.clone();
-        self.parts(v, &env.iter().collect::<Vec<_>>())
+        let avs: Vec<&Av> = avs.iter().collect();
+        if forced {
+            self.parts(v, &avs)
+        } else {
+            self.raw_parts(v, &avs)
+        }
+    }
+
+    /// A structural map over two values of one structure (`bundle`, `plus`): the leaves `f`
+    /// gives for each pair of corresponding parts, in order.
+    fn zip_parts(
+        &mut self,
+        a: &Val,
+        b: &Val,
+        forced: bool,
+        mut f: impl FnMut(&mut Self, &Val, &Val) -> R<Vec<String>>,
+    ) -> R<Vec<String>> {
+        let xs = self.components(a, forced)?;
+        let ys = self.components(b, forced)?;
+        if xs.len() != ys.len() {
+            return self.unsupported("internal: a structural map of two different structures");
+        }
+        let mut out = Vec::new();
+        for (x, y) in xs.iter().zip(&ys) {
+            out.extend(f(self, x, y)?);
+        }
+        Ok(out)
     }
 
     /// The leaves of `primal` (or `tangent`) of a forward value.
@@ -1608,7 +1668,7 @@ impl Gen<'_, '_> {
         Ok(match &v.av {
             Av::Dyn(_) => {
                 vec![self.runtime_map(
-                    8 + tangent as u8,
+                    Some(MapKind::Split(tangent)),
                     format!("vl_ad_split({}, {})", v.leaves[0], tangent as u8),
                 )]
             }
@@ -1616,18 +1676,8 @@ impl Gen<'_, '_> {
                 let mut parts = self.split(&[p, t], &v.leaves)?;
                 parts.swap_remove(tangent as usize)
             }
-            Av::Pair(_, a, d) => {
-                let parts = self.parts(v, &[a, d])?;
-                let mut out = self.split_forward(&parts[0], tangent)?;
-                out.extend(self.split_forward(&parts[1], tangent)?);
-                out
-            }
-            Av::Closure(..) => {
-                let mut out = Vec::new();
-                for x in self.env_parts(v)? {
-                    out.extend(self.split_forward(&x, tangent)?);
-                }
-                out
+            Av::Pair(..) | Av::Closure(..) => {
+                self.map_parts(v, |s, x| s.split_forward(x, tangent))?
             }
             _ if self.layout(&v.av)?.is_empty() => Vec::new(),
             _ => return self.unsupported("`primal` or `tangent` of an unexpected value"),
@@ -1635,12 +1685,11 @@ impl Gen<'_, '_> {
     }
 
     /// `runtime_v` of an AD map of a boxed value, noting that the program needs the map of
-    /// `kind` for boxed closures. Every boxed code gets the map, not only those in the value's
-    /// classes: the runtime's maps recurse into parts, whose classes differ.
-    fn runtime_map(&mut self, kind: u8, e: String) -> String {
-        if kind != 13 {
-            self.map_kinds.insert(kind);
-        }
+    /// `kind` for boxed closures (`None`: the runtime maps closures without one). Every boxed
+    /// code gets the map, not only those in the value's classes: the runtime's maps recurse
+    /// into parts, whose classes differ.
+    fn runtime_map(&mut self, kind: Option<MapKind>, e: String) -> String {
+        self.map_kinds.extend(kind);
         self.runtime_v(e)
     }
 
@@ -1652,11 +1701,11 @@ impl Gen<'_, '_> {
     fn closure_maps(&mut self) -> R<String> {
         let mut out = String::new();
         let mut done = std::collections::BTreeSet::new();
-        let mut entries: Vec<(u8, u32)> = Vec::new();
+        let mut entries: Vec<(MapKind, u32)> = Vec::new();
         let mut codes: Vec<vlad_flow::CodeId> = self.boxed.envs.keys().copied().collect();
         codes.sort();
         loop {
-            let todo: Vec<u8> = self.map_kinds.difference(&done).copied().collect();
+            let todo: Vec<MapKind> = self.map_kinds.difference(&done).copied().collect();
             if todo.is_empty() {
                 break;
             }
@@ -1673,14 +1722,15 @@ impl Gen<'_, '_> {
                     if std::env::var_os("VLAD_C_DEBUG").is_some() {
                         match &r {
                             Ok(Some(_)) => {}
-                            Ok(None) => eprintln!("map {kind} of code {}: none", c.0),
-                            Err(e) => eprintln!("map {kind} of code {}: {}", c.0, e.reason),
+                            Ok(None) => eprintln!("map {kind:?} of code {}: none", c.0),
+                            Err(e) => eprintln!("map {kind:?} of code {}: {}", c.0, e.reason),
                         }
                     }
                     if let Ok(Some(params)) = r {
                         let _ = write!(
                             out,
-                            "static V vl_map_{kind}_{}({params}) {{\n{body}}}\n\n",
+                            "static V vl_map_{}_{}({params}) {{\n{body}}}\n\n",
+                            kind.number(),
                             c.0
                         );
                         entries.push((kind, c.0));
@@ -1689,21 +1739,19 @@ impl Gen<'_, '_> {
             }
         }
         out.push_str("static V vl_map_closure(int kind, V v) {\n  switch (kind) {\n");
-        for kind in done.iter().filter(|k| **k != 12) {
-            let _ = writeln!(out, "  case {kind}: switch (v->aux) {{");
-            for (k, c) in &entries {
-                if k == kind {
-                    let _ = writeln!(out, "    case {c}: return vl_map_{k}_{c}(v);");
-                }
+        for kind in done.iter().filter(|k| **k != MapKind::Bundle) {
+            let k = kind.number();
+            let _ = writeln!(out, "  case {k}: switch (v->aux) {{");
+            for (_, c) in entries.iter().filter(|e| e.0 == *kind) {
+                let _ = writeln!(out, "    case {c}: return vl_map_{k}_{c}(v);");
             }
             out.push_str("    } break;\n");
         }
         out.push_str("  }\n  char m[120];\n  snprintf(m, sizeof m, \"an AD operator (map %d) met a boxed procedure of code %u it was not compiled for\", kind, v->aux);\n  vl_fail_internal(m);\n  return v;\n}\n");
         out.push_str("static V vl_map_bundle(V p, V t) {\n  switch (p->aux) {\n");
-        for (k, c) in &entries {
-            if *k == 12 {
-                let _ = writeln!(out, "  case {c}: return vl_map_12_{c}(p, t);");
-            }
+        let k = MapKind::Bundle.number();
+        for (_, c) in entries.iter().filter(|e| e.0 == MapKind::Bundle) {
+            let _ = writeln!(out, "  case {c}: return vl_map_{k}_{c}(p, t);");
         }
         out.push_str("  }\n  vl_fail_internal(\"bundle met a boxed procedure it was not compiled for\");\n  return p;\n}\n");
         Ok(out)
@@ -1711,44 +1759,30 @@ impl Gen<'_, '_> {
 
     /// The body of the map `kind` of boxed closures of code `c` (into `self.body`), and its
     /// parameter list; `None` where the map does not apply.
-    fn closure_map(&mut self, kind: u8, c: vlad_flow::CodeId) -> R<Option<String>> {
+    fn closure_map(&mut self, kind: MapKind, c: vlad_flow::CodeId) -> R<Option<String>> {
         let summary = self.boxed.envs[&c].clone();
-        let clo = self.unpack_closure(c, &summary, if kind == 12 { "p" } else { "v" })?;
-        let prim = match kind {
-            0 => Prim::Bundle, // unused: forward tags come from `bundle`
-            1 => Prim::Perturb,
-            2 => Prim::Sensitize,
-            3 => Prim::StarJ,
-            5 => Prim::Unperturb,
-            6 => Prim::Unsensitize,
-            7 => Prim::StarJInverse,
-            8 => Prim::Primal,
-            9 => Prim::Tangent,
-            10 => Prim::SZero,
-            11 => Prim::ShallowPrimal,
-            12 => Prim::Bundle,
-            14 => {
-                // The zero sensitivity of a reverse closure, computed in full.
-                let zero = Av::Zero(std::rc::Rc::new(clo.av.clone()));
-                let leaves = if static_zero(&clo.av) {
-                    Vec::new()
-                } else {
-                    clo.leaves.clone()
-                };
-                let forced = self.force(Val { av: zero, leaves })?;
-                if forced.av == Av::Bottom {
-                    return Ok(None);
-                }
-                let b = self.boxed_val(&forced)?;
-                self.line(format!("return {b};"));
-                return Ok(Some("V v".into()));
+        let bundle = kind == MapKind::Bundle;
+        let clo = self.unpack_closure(c, &summary, if bundle { "p" } else { "v" })?;
+        let Some(prim) = kind.prim() else {
+            if kind != MapKind::ZeroSensitivity {
+                return Ok(None);
             }
-            _ => return Ok(None),
+            // The zero sensitivity of a reverse closure, computed in full.
+            let zero = Av::Zero(std::rc::Rc::new(clo.av.clone()));
+            let leaves = if static_zero(&clo.av) {
+                Vec::new()
+            } else {
+                clo.leaves.clone()
+            };
+            let forced = self.force(Val { av: zero, leaves })?;
+            if forced.av == Av::Bottom {
+                return Ok(None);
+            }
+            let b = self.boxed_val(&forced)?;
+            self.line(format!("return {b};"));
+            return Ok(Some("V v".into()));
         };
-        if kind == 0 || kind == 4 {
-            return Ok(None);
-        }
-        let (arg, tangent) = if kind == 12 {
+        let (arg, tangent) = if bundle {
             // The tangent: a closure of the perturbation-transformed code.
             let Ok(t_av) = self.an.apply(&Av::Prim(Prim::Perturb), &clo.av) else {
                 return Ok(None);
@@ -1769,40 +1803,24 @@ impl Gen<'_, '_> {
             _ => return Ok(None),
         };
         if std::env::var_os("VLAD_C_DEBUG").is_some() {
-            eprintln!("map {kind} of {:?}\n  gives {r:?}", clo.av);
+            eprintln!("map {kind:?} of {:?}\n  gives {r:?}", clo.av);
         }
-        let leaves = match kind {
-            1..=3 => {
-                let tag = [
-                    Tag::Forward,
-                    Tag::Perturbation,
-                    Tag::Sensitivity,
-                    Tag::Reverse,
-                ][kind as usize];
-                self.tag_leaves(&clo, tag)?
-            }
-            5..=7 => {
-                let tag = [
-                    Tag::Forward,
-                    Tag::Perturbation,
-                    Tag::Sensitivity,
-                    Tag::Reverse,
-                ][kind as usize - 4];
-                self.untag_leaves(&clo, tag, prim.name())?
-            }
-            8 | 9 => self.split_forward(&clo, kind == 9)?,
-            10 => self.zero_leaves(&clo, true)?,
-            11 => clo.leaves.clone(),
-            _ => self.bundle(&clo, tangent.as_ref().expect("a tangent"))?,
+        let leaves = match (kind, tangent) {
+            (MapKind::Tag(tag), _) => self.tag_leaves(&clo, tag)?,
+            (MapKind::Untag(tag), _) => self.untag_leaves(&clo, tag, prim.name())?,
+            (MapKind::Split(tangent), _) => self.split_forward(&clo, tangent)?,
+            (MapKind::SZero, _) => self.zero_leaves(&clo, true)?,
+            // The shallow primal keeps a closure's environment as it is.
+            (MapKind::ShallowPrimal, _) => clo.leaves.clone(),
+            (MapKind::Bundle, Some(t)) => self.bundle(&clo, &t)?,
+            (MapKind::Bundle | MapKind::ZeroSensitivity, _) => unreachable!("handled above"),
         };
         if leaves.len() != self.layout(&r)?.len() {
             return Ok(None);
         }
         let b = self.boxed_val(&Val { av: r, leaves })?;
         self.line(format!("return {b};"));
-        Ok(Some(
-            if kind == 12 { "V p, V t" } else { "V v" }.to_string(),
-        ))
+        Ok(Some(if bundle { "V p, V t" } else { "V v" }.to_string()))
     }
 
     /// The closure of code `c` held by the boxed value `var`, its leaves in the layout of the
@@ -1833,6 +1851,21 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// A structural map over the parts of a pair, bundle or closure (its environment): the
+    /// leaves `f` gives for each part, in order.
+    fn map_parts(
+        &mut self,
+        v: &Val,
+        mut f: impl FnMut(&mut Self, &Val) -> R<Vec<String>>,
+    ) -> R<Vec<String>> {
+        let parts = self.components(v, true)?;
+        let mut out = Vec::new();
+        for x in &parts {
+            out.extend(f(self, x)?);
+        }
+        Ok(out)
+    }
+
     /// A boxed value computed by the runtime, in a variable.
     fn runtime_v(&mut self, e: String) -> String {
         let t = self.fresh("t");
@@ -1847,23 +1880,11 @@ impl Gen<'_, '_> {
         Ok(match &v.av {
             Av::Dyn(_) => {
                 vec![self.runtime_map(
-                    tag_index(tag) as u8,
+                    Some(MapKind::Tag(tag)),
                     format!("vl_ad_tag({}, {})", v.leaves[0], tag_index(tag)),
                 )]
             }
-            Av::Pair(_, a, d) => {
-                let ps = self.parts(&v, &[a, d])?;
-                let mut out = self.tag_leaves(&ps[0], tag)?;
-                out.extend(self.tag_leaves(&ps[1], tag)?);
-                out
-            }
-            Av::Closure(..) => {
-                let mut out = Vec::new();
-                for x in self.env_parts(&v)? {
-                    out.extend(self.tag_leaves(&x, tag)?);
-                }
-                out
-            }
+            Av::Pair(..) | Av::Closure(..) => self.map_parts(&v, |s, x| s.tag_leaves(x, tag))?,
             Av::Array(..) => return self.unsupported("AD tags on arrays"),
             _ => v.leaves.clone(),
         })
@@ -1875,7 +1896,7 @@ impl Gen<'_, '_> {
         let v = self.force(v.clone())?;
         Ok(match &v.av {
             Av::Dyn(_) => vec![self.runtime_map(
-                4 + tag_index(tag) as u8,
+                Some(MapKind::Untag(tag)),
                 format!(
                     "vl_ad_untag({}, {}, {})",
                     v.leaves[0],
@@ -1883,18 +1904,8 @@ impl Gen<'_, '_> {
                     c_string(name)
                 ),
             )],
-            Av::Pair(_, a, d) => {
-                let ps = self.parts(&v, &[a, d])?;
-                let mut out = self.untag_leaves(&ps[0], tag, name)?;
-                out.extend(self.untag_leaves(&ps[1], tag, name)?);
-                out
-            }
-            Av::Closure(..) => {
-                let mut out = Vec::new();
-                for x in self.env_parts(&v)? {
-                    out.extend(self.untag_leaves(&x, tag, name)?);
-                }
-                out
+            Av::Pair(..) | Av::Closure(..) => {
+                self.map_parts(&v, |s, x| s.untag_leaves(x, tag, name))?
             }
             Av::Array(..) => return self.unsupported("AD tags on arrays"),
             _ => v.leaves.clone(),
@@ -1906,27 +1917,18 @@ impl Gen<'_, '_> {
     fn zero_leaves(&mut self, v: &Val, sensitivity: bool) -> R<Vec<String>> {
         let v = self.force(v.clone())?;
         Ok(match &v.av {
+            // `zero` keeps a boxed closure's code: the runtime maps it slot by slot.
             Av::Dyn(_) => vec![self.runtime_map(
-                if sensitivity { 10 } else { 13 },
+                sensitivity.then_some(MapKind::SZero),
                 format!("vl_ad_zero({}, {})", v.leaves[0], sensitivity as u8),
             )],
             Av::Bool(None) => v.leaves.clone(),
-            Av::Pair(_, a, d) | Av::Bundle(a, d) => {
-                let ps = self.parts(&v, &[a, d])?;
-                let mut out = self.zero_leaves(&ps[0], sensitivity)?;
-                out.extend(self.zero_leaves(&ps[1], sensitivity)?);
-                out
+            Av::Pair(..) | Av::Bundle(..) | Av::Closure(..) => {
+                self.map_parts(&v, |s, x| s.zero_leaves(x, sensitivity))?
             }
             Av::Tagged(_, x) => {
                 let ps = self.parts(&v, &[x])?;
                 self.zero_leaves(&ps[0], sensitivity)?
-            }
-            Av::Closure(..) => {
-                let mut out = Vec::new();
-                for x in self.env_parts(&v)? {
-                    out.extend(self.zero_leaves(&x, sensitivity)?);
-                }
-                out
             }
             Av::Array(..) => return self.unsupported("`zero` of a boxed value or array"),
             _ => Vec::new(),
@@ -1938,23 +1940,10 @@ impl Gen<'_, '_> {
         Ok(match (&p.av, &t.av) {
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
                 let (x, y) = (self.boxed_val(p)?, self.boxed_val(t)?);
-                vec![self.runtime_map(12, format!("vl_ad_bundle({x}, {y})"))]
+                vec![self.runtime_map(Some(MapKind::Bundle), format!("vl_ad_bundle({x}, {y})"))]
             }
-            (Av::Pair(_, pa, pd), Av::Pair(_, ta, td)) => {
-                let ps = self.parts(p, &[pa, pd])?;
-                let ts = self.parts(t, &[ta, td])?;
-                let mut out = self.bundle(&ps[0], &ts[0])?;
-                out.extend(self.bundle(&ps[1], &ts[1])?);
-                out
-            }
-            (Av::Closure(_, pe), Av::Closure(_, te)) if pe.len() == te.len() => {
-                let ps = self.env_parts(p)?;
-                let ts = self.env_parts(t)?;
-                let mut out = Vec::new();
-                for (x, y) in ps.iter().zip(ts.iter()) {
-                    out.extend(self.bundle(x, y)?);
-                }
-                out
+            (Av::Pair(..), Av::Pair(..)) | (Av::Closure(..), Av::Closure(..)) => {
+                self.zip_parts(p, t, true, |s, x, y| s.bundle(x, y))?
             }
             (Av::Array(..), _) | (_, Av::Array(..)) => {
                 return self.unsupported("`bundle` of arrays")
@@ -1995,27 +1984,11 @@ impl Gen<'_, '_> {
                 self.line(format!("double {t} = {x} + {y};"));
                 vec![t]
             }
-            (Av::Pair(_, a1, d1), Av::Pair(_, a2, d2))
-            | (Av::Bundle(a1, d1), Av::Bundle(a2, d2)) => {
-                let xs = self.raw_parts(a, &[a1, d1])?;
-                let ys = self.raw_parts(b, &[a2, d2])?;
-                let mut out = self.plus(&xs[0], &ys[0])?;
-                out.extend(self.plus(&xs[1], &ys[1])?);
-                out
-            }
-            (Av::Tagged(_, x), Av::Tagged(_, y)) => {
-                let xs = self.raw_parts(a, &[x])?;
-                let ys = self.raw_parts(b, &[y])?;
-                self.plus(&xs[0], &ys[0])?
-            }
-            (Av::Closure(_, e1), Av::Closure(_, e2)) => {
-                let xs = self.raw_parts(a, &e1.iter().collect::<Vec<_>>())?;
-                let ys = self.raw_parts(b, &e2.iter().collect::<Vec<_>>())?;
-                let mut out = Vec::new();
-                for (x, y) in xs.iter().zip(ys.iter()) {
-                    out.extend(self.plus(x, y)?);
-                }
-                out
+            (Av::Pair(..), Av::Pair(..))
+            | (Av::Bundle(..), Av::Bundle(..))
+            | (Av::Tagged(..), Av::Tagged(..))
+            | (Av::Closure(..), Av::Closure(..)) => {
+                self.zip_parts(a, b, false, |s, x, y| s.plus(x, y))?
             }
             (Av::Bool(None), _) => a.leaves.clone(),
             (_, Av::Bool(None)) => b.leaves.clone(),

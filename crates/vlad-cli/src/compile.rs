@@ -114,9 +114,9 @@ fn compile_c(
             eprintln!("vlad: cannot compile {} to C: {reason}", file.display());
             return 1;
         }
-        // Report the expansion error (`vlad compile` does not run anything).
-        Err(crate::native::Failure::Evaluate) => {
-            return compile(file, include, Some(Emit::Flow), None, opts)
+        Err(crate::native::Failure::Evaluate(diagnostic)) => {
+            eprint!("{diagnostic}");
+            return 1;
         }
     };
     let written = match (emit, output) {

@@ -227,7 +227,7 @@ fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptio
             Err(e) => e,
         },
         Err(native::Failure::Program(code)) => return code,
-        Err(native::Failure::Evaluate) => return run(file, include, None, Engine::Eval),
+        Err(native::Failure::Evaluate(_)) => return run(file, include, None, Engine::Eval),
         Err(native::Failure::Unsupported(reason)) => reason,
     };
     eprintln!("vlad: not compiled to native code ({reason}); running in the evaluator");

@@ -16,9 +16,10 @@ pub enum Failure {
     Program(u8),
     /// The compiler cannot compile it (yet): the reason, on one line.
     Unsupported(String),
-    /// A top-level expression does not expand: the evaluator runs the program up to it and
-    /// reports it there (no note: this is not a limit of the compiler).
-    Evaluate,
+    /// A top-level expression does not expand (its rendered diagnostic): `vlad run` has the
+    /// evaluator run the program up to it and report it there (no note: this is not a limit
+    /// of the compiler); `vlad compile` reports it.
+    Evaluate(String),
 }
 
 /// Options of the C compilation.
@@ -42,7 +43,7 @@ pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<String, Failure> {
         let core = match &te.core {
             Ok(c) => *c,
             // The evaluator runs the expressions before this one, then reports it.
-            Err(_) => return Err(Failure::Evaluate),
+            Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
         };
         let k = analysis
             .analyse(core)

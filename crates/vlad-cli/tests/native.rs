@@ -58,6 +58,13 @@ fn vlad(root: &Path, cache: &Path, args: &[&str]) -> Output {
         .expect("run vlad")
 }
 
+/// Writes a program `name` into the scratch directory `dir`; its path.
+fn program(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let file = dir.path().join(name);
+    std::fs::write(&file, text).expect("write a program");
+    file.to_str().expect("a UTF-8 path").to_string()
+}
+
 /// Equal texts, but for reals that differ by at most 1e-10 relative.
 fn same_output(a: &str, b: &str) -> bool {
     if a == b {
@@ -179,9 +186,8 @@ fn run_falls_back_to_the_evaluator_with_a_reason() {
     let dir = tempfile::tempdir().expect("a directory");
     // An array: not compiled yet, so this stays a fallback until arrays compile (then pick
     // another construct the backend lacks, or drop this test with the fallback).
-    let file = dir.path().join("a.vlad");
-    std::fs::write(&file, "(build 3 (lambda (i) (* i i)))\n").unwrap();
-    let o = vlad(&root, cache.path(), &["run", file.to_str().unwrap()]);
+    let file = program(&dir, "a.vlad", "(build 3 (lambda (i) (* i i)))\n");
+    let o = vlad(&root, cache.path(), &["run", &file]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "#(0 1 4)\n");
@@ -220,13 +226,12 @@ fn a_closed_pipe_is_not_an_error() {
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a directory");
-    let file = dir.path().join("many.vlad");
-    std::fs::write(
-        &file,
+    let file = program(
+        &dir,
+        "many.vlad",
         "(define (loop i) (if (< i 1000000) (let ((x (write-real i))) (loop (+ i 1))) 0))\n(loop 0)\n",
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
+    );
+    let file = file.as_str();
     for args in [
         vec!["run", file],
         vec!["compile", "examples/saddle-FF.vlad", "--emit", "c"],
@@ -268,9 +273,8 @@ fn compiled_errors_match_the_evaluator() {
         ("known.vlad", "(define (f x) (* x #t))\n(f (real 2))\n"),
         ("pattern.vlad", "(define (g (cons a b)) a)\n(g (cons 1 2))\n(g (real 3))\n"),
     ] {
-        let file = dir.path().join(name);
-        std::fs::write(&file, text).unwrap();
-        let file = file.to_str().unwrap();
+        let file = program(&dir, name, text);
+        let file = file.as_str();
         let c = vlad(&root, cache.path(), &["compile", file, "--emit", "c"]);
         assert!(c.status.success(), "{name}: {}", String::from_utf8_lossy(&c.stderr));
         let native = vlad(&root, cache.path(), &["run", file]);
