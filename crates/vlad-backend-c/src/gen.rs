@@ -1,7 +1,7 @@
 //! Code generation: one C function per specialised function, values as flat lists of leaves.
 //! See the crate documentation for the representation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use vlad_core::{Expr, ExprId, Pattern, Prim, Span, Tag, Var};
 use vlad_flow::analysis::datum_av;
@@ -148,6 +148,107 @@ impl MapKind {
     }
 }
 
+/// The placeholder lines around a call whose result has no boxed part (`call_fun`):
+/// `MARK k m` before the call of `fk`, `RELEASE k m` after it; `finish_marks` turns them into
+/// an arena mark `m` and its release, or drops them.
+const MARK: &str = "/*@mark ";
+const RELEASE: &str = "/*@release ";
+
+/// The numbers of the generated functions that can allocate boxed values: those that hold a
+/// boxed value (a `V` variable or parameter), and those that call one of them.
+fn allocating_functions(texts: &[(usize, String)]) -> HashSet<usize> {
+    let calls: HashMap<usize, Vec<usize>> = texts
+        .iter()
+        .map(|(k, t)| (*k, called_functions(t)))
+        .collect();
+    let mut out: HashSet<usize> = texts
+        .iter()
+        .filter(|(_, t)| holds_boxed(t))
+        .map(|(k, _)| *k)
+        .collect();
+    loop {
+        let before = out.len();
+        for (k, cs) in &calls {
+            if !out.contains(k) && cs.iter().any(|c| out.contains(c)) {
+                out.insert(*k);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// Whether C code declares a boxed value: `V name` after a delimiter.
+fn holds_boxed(text: &str) -> bool {
+    let b = text.as_bytes();
+    text.match_indices("V ").any(|(i, _)| {
+        (i == 0 || matches!(b[i - 1], b' ' | b'(' | b'\n'))
+            && b.get(i + 2).is_some_and(|c| c.is_ascii_lowercase())
+    })
+}
+
+/// The generated functions `fN(` that C code calls.
+fn called_functions(text: &str) -> Vec<usize> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices('f') {
+        if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+            continue;
+        }
+        let digits: String = text[i + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if !digits.is_empty() && b.get(i + 1 + digits.len()) == Some(&b'(') {
+            if let Ok(n) = digits.parse() {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// Resolves the mark placeholders of a function's text. A mark stays where the callee can
+/// allocate and the call is not the last thing before a `return` (a tail call stays a tail
+/// call, so loops keep running in constant stack; the enclosing call's mark reclaims it).
+fn finish_marks(text: &str, allocating: &HashSet<usize>) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut keep: HashSet<String> = HashSet::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(rest) = l.trim_start().strip_prefix(RELEASE) else {
+            continue;
+        };
+        let (k, m) = rest.split_once(' ').unwrap_or(("", ""));
+        let tail = lines
+            .get(i + 1)
+            .is_some_and(|n| n.trim_start().starts_with("return"));
+        if !tail && k.parse().is_ok_and(|k: usize| allocating.contains(&k)) {
+            keep.insert(m.to_string());
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for l in lines {
+        let t = l.trim_start();
+        let indent = &l[..l.len() - t.len()];
+        if let Some(rest) = t.strip_prefix(MARK) {
+            let m = rest.split_once(' ').map_or("", |x| x.1);
+            if keep.contains(m) {
+                let _ = writeln!(out, "{indent}vl_mark_t {m} = vl_mark();");
+            }
+        } else if let Some(rest) = t.strip_prefix(RELEASE) {
+            let m = rest.split_once(' ').map_or("", |x| x.1);
+            if keep.contains(m) {
+                let _ = writeln!(out, "{indent}vl_release({m});");
+            }
+        } else {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// A C double literal with exactly the value `x`.
 fn real_literal(x: f64) -> String {
     if x.is_nan() {
@@ -210,6 +311,11 @@ struct Gen<'g, 'a> {
     /// Boxing only to print or describe a value: a closure whose code is never called boxed
     /// (it has no environment summary) is boxed without its environment.
     for_display: bool,
+    /// Boxed constants: the global that holds each, its declaration, and the code that builds
+    /// them all at start-up (see `boxed_val`).
+    constants: HashMap<Av, String>,
+    constant_decls: String,
+    constant_init: String,
 }
 
 /// Generates the C program (the runtime included) for the specialised `prog` of `an`; `render`
@@ -232,16 +338,19 @@ pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>)
         span: Span::NONE,
         map_kinds: Default::default(),
         for_display: false,
+        constants: HashMap::new(),
+        constant_decls: String::new(),
+        constant_init: String::new(),
     };
     let mut protos = String::new();
-    let mut funs = String::new();
+    let mut texts = Vec::new();
     for (k, f) in prog.funs.iter().enumerate() {
         if f.is_none() {
             continue;
         }
         let (sig, text) = g.function(k)?;
         let _ = writeln!(protos, "{sig};");
-        funs.push_str(&text);
+        texts.push((k, text));
     }
     // The entry point: each top-level expression in order, its value printed.
     g.body.clear();
@@ -259,7 +368,15 @@ pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>)
         let b = g.boxed_for_display(&v)?;
         g.line(format!("vl_print_line({b});"));
     }
-    let main = format!("static void vl_program(void) {{\n{}}}\n", g.body);
+    let allocating = allocating_functions(&texts);
+    let mut funs = String::new();
+    for (_, text) in &texts {
+        funs.push_str(&finish_marks(text, &allocating));
+    }
+    let main = format!(
+        "static void vl_program(void) {{\n  vl_init_constants();\n{}}}\n",
+        finish_marks(&g.body, &allocating)
+    );
     let maps = g.closure_maps()?;
 
     let mut out = String::new();
@@ -299,9 +416,15 @@ pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>)
     out.push_str("};\n\n");
     out.push_str(&g.struct_defs);
     out.push_str(&protos);
+    out.push_str(&g.constant_decls);
     out.push('\n');
     out.push_str(&funs);
     out.push_str(&maps);
+    let _ = write!(
+        out,
+        "static void vl_init_constants(void) {{\n{}}}\n",
+        g.constant_init
+    );
     out.push_str(&main);
     Ok(out)
 }
@@ -606,6 +729,13 @@ impl Gen<'_, '_> {
         let layout = self.layout(&f.result)?;
         let args: Vec<String> = env.into_iter().chain(arg).collect();
         let call = format!("f{k}({})", args.join(", "));
+        // A result with no boxed part: what the call allocates is garbage once it returns
+        // (`finish_marks` keeps the mark only where the callee can allocate).
+        let mark = (!layout.contains(&Leaf::V)).then(|| {
+            let m = self.fresh("m");
+            self.line(format!("{MARK}{k} {m}"));
+            m
+        });
         let leaves = match layout.len() {
             0 => {
                 self.line(format!("{call};"));
@@ -623,6 +753,9 @@ impl Gen<'_, '_> {
                 (0..n).map(|i| format!("{t}.f{i}")).collect()
             }
         };
+        if let Some(m) = mark {
+            self.line(format!("{RELEASE}{k} {m}"));
+        }
         Ok(Val {
             av: f.result,
             leaves,
@@ -911,6 +1044,7 @@ impl Gen<'_, '_> {
             return Ok(v);
         };
         let forced = self.an.force_av(&v.av).map_err(flow_error)?;
+
         if static_zero(of) {
             return Ok(Val::known(forced));
         }
@@ -919,6 +1053,13 @@ impl Gen<'_, '_> {
             leaves: v.leaves.clone(),
         };
         let leaves = match &of.av {
+            // A zero the analysis only knows as boxed (the zero of a reverse value with boxed
+            // parts): the runtime computes it from the boxed reverse value.
+            _ if matches!(forced, Av::Dyn(_)) => {
+                self.map_kinds.insert(MapKind::ZeroSensitivity);
+                let b = self.boxed_val(&of)?;
+                vec![self.runtime_v(format!("vl_zero_sens({b})"))]
+            }
             // A pair or closure of zeros of the parts: each part keeps its leaves if its own
             // zero is not known.
             Av::Pair(..) | Av::Closure(..) => self
@@ -932,10 +1073,6 @@ impl Gen<'_, '_> {
                     }
                 })
                 .collect(),
-            Av::Dyn(_) => {
-                self.map_kinds.insert(MapKind::ZeroSensitivity);
-                vec![self.runtime_v(format!("vl_zero_sens({})", of.leaves[0]))]
-            }
             _ if self.layout(&forced)?.is_empty() => Vec::new(),
             // A reverse scalar: the sensitivity-tagged zero of its primal.
             Av::Tagged(Tag::Reverse, x) => {
@@ -1015,6 +1152,22 @@ impl Gen<'_, '_> {
                 }
                 out
             }
+            // Two lazy zeros: the reverse value they stand for is coerced (its zero is the
+            // same), so the zero stays lazy. Leaves whose zero is known are not kept.
+            (Av::Zero(a), Av::Zero(c)) => {
+                if static_zero(c) {
+                    return Ok(Vec::new());
+                }
+                let a_leaves = if static_zero(a) {
+                    self.layout(a)?
+                        .iter()
+                        .map(|l| l.dummy().to_string())
+                        .collect()
+                } else {
+                    leaves.to_vec()
+                };
+                self.coerce_leaves(a, &a_leaves, c)?
+            }
             (Av::Zero(_), _) => {
                 let forced = self.force(Val {
                     av: from.clone(),
@@ -1044,7 +1197,36 @@ impl Gen<'_, '_> {
     }
 
     /// A C expression (a variable) for `v` as a boxed runtime value.
+    ///
+    /// A value known in full at compile time is boxed once, before the program starts, into a
+    /// global (`vl_kN`): boxed objects are never mutated, so every use can share it, and a
+    /// constant (a tagged `()` that a pattern checks, a closure without free variables) does not
+    /// cost an allocation each time its code runs.
     fn boxed_val(&mut self, v: &Val) -> R<String> {
+        if !v.leaves.is_empty()
+            || self.for_display
+            || matches!(v.av, Av::Nil | Av::Bool(_) | Av::Bottom | Av::Dyn(_))
+        {
+            return self.boxed_val_now(v);
+        }
+        if let Some(name) = self.constants.get(&v.av) {
+            return Ok(name.clone());
+        }
+        let outer_body = std::mem::take(&mut self.body);
+        let outer_indent = std::mem::replace(&mut self.indent, 1);
+        let r = self.boxed_val_now(v);
+        let lines = std::mem::replace(&mut self.body, outer_body);
+        self.indent = outer_indent;
+        let b = r?;
+        let name = format!("vl_k{}", self.constants.len());
+        let _ = writeln!(self.constant_decls, "static V {name};");
+        self.constant_init.push_str(&lines);
+        let _ = writeln!(self.constant_init, "  {name} = {b};");
+        self.constants.insert(v.av.clone(), name.clone());
+        Ok(name)
+    }
+
+    fn boxed_val_now(&mut self, v: &Val) -> R<String> {
         if v.leaves.is_empty() && !matches!(v.av, Av::Closure(..)) {
             let mut budget = MAX_BOXED_CONSTANT;
             if !small(&v.av, &mut budget) {
@@ -2109,5 +2291,57 @@ fn flow_error(e: vlad_flow::FlowError) -> Unsupported {
     Unsupported {
         span: e.span,
         reason: e.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three functions: f1 holds a boxed value, f2 only calls f1, f3 computes with doubles.
+    fn program() -> Vec<(usize, String)> {
+        vec![
+            (
+                1,
+                "static V f1(double a0) {\n  V b1 = vl_real(a0);\n  return b1;\n}\n".into(),
+            ),
+            (
+                2,
+                "static double f2(double a0) {\n  V t1 = f1(a0);\n  return a0;\n}\n".into(),
+            ),
+            (
+                3,
+                "static double f3(double a0) {\n  return a0 + 1.0;\n}\n".into(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn allocation_spreads_to_callers() {
+        let a = allocating_functions(&program());
+        assert!(a.contains(&1) && a.contains(&2));
+        assert!(!a.contains(&3));
+        assert_eq!(
+            called_functions("  double t = f2(f13(x), vl_f4(y)) + xf5(z);"),
+            [2, 13]
+        );
+        assert!(holds_boxed("static int g(V a0)"));
+        assert!(!holds_boxed("struct r_VV t; // LEAVES V"));
+    }
+
+    #[test]
+    fn marks_stay_around_calls_that_allocate_and_are_not_tail_calls() {
+        let a = allocating_functions(&program());
+        let text = format!(
+            "{MARK}2 m1\n  double t1 = f2(x);\n{RELEASE}2 m1\n  double y = t1 * 2.0;\n\
+             {MARK}3 m2\n  double t2 = f3(y);\n{RELEASE}3 m2\n  double z = t2;\n\
+             {MARK}2 m3\n  double t3 = f2(z);\n{RELEASE}2 m3\n  return t3;\n"
+        );
+        let out = finish_marks(&text, &a);
+        // The first call allocates: marked and released.
+        assert!(out.contains("vl_mark_t m1 = vl_mark();\n  double t1 = f2(x);\nvl_release(m1);"));
+        // f3 never allocates, and the last call is a tail call: neither is marked.
+        assert!(!out.contains("m2") && !out.contains("m3"), "{out}");
+        assert!(!out.contains("/*@"), "{out}");
     }
 }

@@ -12,22 +12,50 @@ enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
 enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED };
 struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
 
-/* ---- the arena: boxed values are never freed (no program here needs a collector yet) */
+/* ---- the arena: boxed values live in chunks allocated in order. Values are immutable and
+   a call can hand on what it allocated only through its result, so after a call whose result
+   has no boxed part, everything allocated during the call is garbage: the generated code takes
+   a mark before such a call and releases it after (vl_mark / vl_release), and the chunks above
+   the mark are reused. Nothing else is ever freed. */
 static char *vl_chunk = 0;
 static size_t vl_left = 0;
-static void *vl_alloc(size_t n) {
-  n = (n + 15) & ~(size_t)15;
-  if (n > vl_left) {
-    size_t size = n > (1u << 24) ? n : (1u << 24);
-    vl_chunk = malloc(size);
-    if (!vl_chunk) { fputs("vlad: out of memory\n", stderr); exit(70); }
-    vl_left = size;
+static struct { char *base; size_t size; } *vl_chunks = 0;
+static size_t vl_nchunks = 0, vl_capchunks = 0;
+static size_t vl_cur = 0; /* the number of chunks in use; the current one is vl_cur - 1 */
+typedef struct { size_t cur; char *chunk; size_t left; } vl_mark_t;
+static void *vl_alloc_slow(size_t n) {
+  while (vl_cur < vl_nchunks) {
+    size_t i = vl_cur++;
+    if (vl_chunks[i].size >= n) {
+      vl_chunk = vl_chunks[i].base;
+      vl_left = vl_chunks[i].size;
+      return 0;
+    }
   }
+  size_t size = n > (1u << 24) ? n : (1u << 24);
+  char *c = malloc(size);
+  if (vl_nchunks == vl_capchunks) {
+    vl_capchunks = vl_capchunks ? 2 * vl_capchunks : 64;
+    vl_chunks = realloc(vl_chunks, vl_capchunks * sizeof *vl_chunks);
+  }
+  if (!c || !vl_chunks) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  vl_chunks[vl_nchunks].base = c;
+  vl_chunks[vl_nchunks].size = size;
+  vl_cur = ++vl_nchunks;
+  vl_chunk = c;
+  vl_left = size;
+  return 0;
+}
+static inline void *vl_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (n > vl_left) vl_alloc_slow(n);
   void *p = vl_chunk;
   vl_chunk += n;
   vl_left -= n;
   return p;
 }
+static inline vl_mark_t vl_mark(void) { vl_mark_t m = {vl_cur, vl_chunk, vl_left}; return m; }
+static inline void vl_release(vl_mark_t m) { vl_cur = m.cur; vl_chunk = m.chunk; vl_left = m.left; }
 
 static struct vl_obj vl_nil_obj = {VL_NIL, 0};
 static struct { int kind; unsigned aux; vl_slot s[1]; } vl_true_obj = {VL_BOOL, 0, {{.b = 1}}},

@@ -27,6 +27,7 @@ const NATIVE: &[&str] = &[
     "examples/particle-FF.vlad",
     "examples/particle-FR.vlad",
     "examples/particle-RF.vlad",
+    "examples/particle-RR.vlad",
     "examples/saddle-FF.vlad",
     "examples/saddle-FR.vlad",
     "examples/saddle-RF.vlad",
