@@ -99,6 +99,24 @@ fn cc_flags(opts: CcOptions) -> Vec<String> {
     flags
 }
 
+/// GCC's inliner, left to grow a unit by its default 40%, spends most of the compile of a large
+/// program with boxed values (particle-RF: 16 s of 17 s) inlining the many small functions that
+/// handle them. Capping the growth at 5% brings that under 5 s with the same running time;
+/// small units (the forward-mode programs, whose speed comes from inlining) are below GCC's
+/// `large-unit-insns` and compile to the same code. Other compilers get no tuning.
+fn gcc_tuning(cc: &str, pre: &[String]) -> Vec<String> {
+    let version = Command::new(cc).args(pre).arg("--version").output();
+    let is_gcc = version.is_ok_and(|o| {
+        let text = String::from_utf8_lossy(&o.stdout);
+        text.contains("Free Software Foundation") && !text.contains("clang")
+    });
+    if is_gcc {
+        vec!["--param=inline-unit-growth=5".into()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Compiles C source to an executable at `out`, in a private temporary directory (the
 /// compiler is run directly, never through a shell).
 pub fn compile_c(source: &str, out: &Path, opts: CcOptions) -> Result<(), String> {
@@ -110,6 +128,7 @@ pub fn compile_c(source: &str, out: &Path, opts: CcOptions) -> Result<(), String
     let output = Command::new(&cc)
         .args(&pre)
         .args(cc_flags(opts))
+        .args(gcc_tuning(&cc, &pre))
         .arg("-o")
         .arg(&exe)
         .arg(&c)
