@@ -148,6 +148,14 @@ impl MapKind {
     }
 }
 
+/// How the function being generated returns: its result's abstract value, C type and number
+/// of leaves.
+struct Return {
+    av: Av,
+    ctype: String,
+    leaves: usize,
+}
+
 /// The placeholder lines around a call whose result has no boxed part (`call_fun`):
 /// `MARK k m` before the call of `fk`, `RELEASE k m` after it; `finish_marks` turns them into
 /// an arena mark `m` and its release, or drops them.
@@ -247,6 +255,62 @@ fn finish_marks(text: &str, allocating: &HashSet<usize>) -> String {
         }
     }
     out
+}
+
+/// `T t = fK(...);` followed by a `return` of exactly `t` (all its fields, in order) becomes
+/// `return fK(...);`: GCC makes a tail call of that (a jump, arguments in place), not of a call
+/// whose struct result is copied field by field into the caller's result.
+fn return_calls(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some(merged) = lines.get(i + 1).and_then(|r| returned_call(lines[i], r)) {
+            out.push_str(&merged);
+            i += 2;
+        } else {
+            out.push_str(lines[i]);
+            i += 1;
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `return CALL;` where `line` is `T t = CALL;` with CALL a generated function's call, and
+/// `ret` returns `t` unchanged.
+fn returned_call(line: &str, ret: &str) -> Option<String> {
+    let body = line.trim_start();
+    let indent = &line[..line.len() - body.len()];
+    let (decl, call) = body.split_once(" = ")?;
+    let call = call.strip_suffix(';')?;
+    let (ty, t) = decl.rsplit_once(' ')?;
+    let is_call = call.strip_prefix('f').is_some_and(|r| {
+        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && r[digits..].starts_with('(')
+    });
+    if !is_call || !t.starts_with('t') {
+        return None;
+    }
+    let r = ret
+        .trim_start()
+        .strip_prefix("return ")?
+        .strip_suffix(';')?;
+    let same = if r == t {
+        matches!(ty, "double" | "long" | "V")
+    } else if let Some(fields) = r
+        .strip_prefix(&format!("({ty}){{"))
+        .and_then(|f| f.strip_suffix('}'))
+    {
+        ty.starts_with("struct ")
+            && fields
+                .split(", ")
+                .enumerate()
+                .all(|(k, f)| f == format!("{t}.f{k}"))
+    } else {
+        false
+    };
+    same.then(|| format!("{indent}return {call};"))
 }
 
 /// A C double literal with exactly the value `x`.
@@ -371,7 +435,7 @@ pub fn generate(an: &mut Analysis<'_>, prog: &Program, render: SiteRenderer<'_>)
     let allocating = allocating_functions(&texts);
     let mut funs = String::new();
     for (_, text) in &texts {
-        funs.push_str(&finish_marks(text, &allocating));
+        funs.push_str(&return_calls(&finish_marks(text, &allocating)));
     }
     let main = format!(
         "static void vl_program(void) {{\n  vl_init_constants();\n{}}}\n",
@@ -686,25 +750,116 @@ impl Gen<'_, '_> {
             }
         );
         // A parameter pattern fails at the call site (the evaluator's position).
-        let r = if self.bind(&pattern, arg, &mut env, Span::NONE)? {
-            let v = self.expr(body, &mut env)?;
-            if v.av == Av::Bottom {
-                None
-            } else {
-                Some(self.coerce(v, &f.result)?)
-            }
-        } else {
-            None
+        let ret = Return {
+            av: f.result.clone(),
+            ctype: ret,
+            leaves: result_layout.len(),
         };
-        match (r, result_layout.len()) {
-            (_, 0) => {}
-            (Some(v), 1) => self.line(format!("return {};", v.leaves[0])),
-            (Some(v), _) => self.line(format!("return ({ret}){{{}}};", v.leaves.join(", "))),
-            // The body never returns (it always fails): keep the C compiler quiet.
-            (None, _) => self.line(format!("{ret} r_; memset(&r_, 0, sizeof r_); return r_;")),
+        if self.bind(&pattern, arg, &mut env, Span::NONE)? {
+            self.tail(body, &mut env, &ret, &mut Vec::new())?;
+        } else {
+            self.ret(None, &ret, &[])?;
         }
         let text = format!("{sig} {{\n{}}}\n\n", self.body);
         Ok((sig, text))
+    }
+
+    /// Generates `e`, in tail position of the function being generated: its value is returned.
+    /// An `if` returns from each branch and a `let` from its body, so that a call in tail
+    /// position is followed directly by its `return` and the C compiler makes it a jump: a
+    /// tail-recursive loop runs in constant stack, and its arguments stay in registers. `outer`
+    /// holds the abstract values of the enclosing `if` and `let` nodes, innermost last: the
+    /// value goes through each, as `expr` converts it.
+    fn tail(
+        &mut self,
+        e: ExprId,
+        env: &mut Vec<(Var, Val)>,
+        ret: &Return,
+        outer: &mut Vec<Av>,
+    ) -> R<()> {
+        let node = self.an.ev.arena.get(e).clone();
+        let Some(av) = self.recorded(e)? else {
+            let v = self.expr(e, env)?;
+            return self.ret(Some(v), ret, outer);
+        };
+        match node {
+            Expr::If(c, a, b) => {
+                let cv = self.expr(c, env)?;
+                let Some(cond) = self.truth(&cv)? else {
+                    return self.ret(None, ret, outer);
+                };
+                outer.push(av);
+                match cond.as_str() {
+                    "1" => self.tail(a, env, ret, outer)?,
+                    "0" => self.tail(b, env, ret, outer)?,
+                    _ => {
+                        self.line(format!("if ({cond}) {{"));
+                        self.indent += 1;
+                        self.tail(a, env, ret, outer)?;
+                        self.indent -= 1;
+                        self.line("} else {");
+                        self.indent += 1;
+                        self.tail(b, env, ret, outer)?;
+                        self.indent -= 1;
+                        self.line("}");
+                    }
+                }
+                outer.pop();
+                Ok(())
+            }
+            Expr::Let(p, x, body, span) => {
+                let xv = self.expr(x, env)?;
+                if xv.av == Av::Bottom {
+                    return self.ret(None, ret, outer);
+                }
+                self.span = span;
+                let mark = env.len();
+                outer.push(av);
+                let r = if self.bind(&p, xv, env, span)? {
+                    self.tail(body, env, ret, outer)
+                } else {
+                    self.ret(None, ret, outer)
+                };
+                outer.pop();
+                env.truncate(mark);
+                r
+            }
+            Expr::Letrec(bs, body) => {
+                let mark = self.letrec(&bs, env)?;
+                outer.push(av);
+                let r = self.tail(body, env, ret, outer);
+                outer.pop();
+                env.truncate(mark);
+                r
+            }
+            _ => {
+                let v = self.expr(e, env)?;
+                self.ret(Some(v), ret, outer)
+            }
+        }
+    }
+
+    /// Returns `v` (`None` or no value: the code before never returns) from the function,
+    /// converted through the abstract values of the enclosing nodes `outer` to the result's.
+    fn ret(&mut self, v: Option<Val>, ret: &Return, outer: &[Av]) -> R<()> {
+        let mut v = v.filter(|v| v.av != Av::Bottom);
+        if let Some(mut x) = v.take() {
+            for av in outer.iter().rev() {
+                x = self.coerce(x, av)?;
+            }
+            v = Some(self.coerce(x, &ret.av)?);
+        }
+        let ctype = &ret.ctype;
+        match (v, ret.leaves) {
+            (_, 0) => self.line("return;"),
+            (Some(v), 1) => self.line(format!("return {};", v.leaves[0])),
+            (Some(v), _) => self.line(format!("return ({ctype}){{{}}};", v.leaves.join(", "))),
+            // Never reached (the code before always fails): keep the C compiler quiet.
+            (None, _) => self.line(format!(
+                "{{ {ctype} r_; memset(&r_, 0, sizeof r_); return r_; }}"
+            )),
+        }
+        Ok(())
     }
 
     /// C parameters `PREFIX0`, `PREFIX1`, ... for the leaves of `av` (declarations pushed on
@@ -836,33 +991,7 @@ impl Gen<'_, '_> {
                 return Ok(Val { av, leaves });
             }
             Expr::Letrec(bs, body) => {
-                let names: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
-                let lambdas: Vec<ExprId> = bs.iter().map(|(_, l)| *l).collect();
-                let Some(c0) = self.prog.code_of(&names, &lambdas, 0) else {
-                    return self.unsupported("internal: a letrec without a code");
-                };
-                let free = self.prog.codes[c0.0 as usize].free.clone();
-                let mut avs = Vec::new();
-                let mut leaves = Vec::new();
-                for x in free.iter() {
-                    let v = lookup(env, *x)?;
-                    avs.push(v.av.clone());
-                    leaves.extend(v.leaves);
-                }
-                let avs: std::rc::Rc<[Av]> = avs.into();
-                let mark = env.len();
-                for (j, name) in names.iter().enumerate() {
-                    let Some(c) = self.prog.code_of(&names, &lambdas, j as u32) else {
-                        return self.unsupported("internal: a letrec member without a code");
-                    };
-                    env.push((
-                        *name,
-                        Val {
-                            av: Av::Closure(c, avs.clone()),
-                            leaves: leaves.clone(),
-                        },
-                    ));
-                }
+                let mark = self.letrec(&bs, env)?;
                 let r = self.expr(body, env);
                 env.truncate(mark);
                 r?
@@ -894,6 +1023,39 @@ impl Gen<'_, '_> {
             return Ok(v);
         }
         self.coerce(v, &av)
+    }
+
+    /// Binds the closures of a `letrec` (each with the group's environment); returns the length
+    /// of `env` before them, to truncate to after the body.
+    fn letrec(&mut self, bs: &[(Var, ExprId)], env: &mut Vec<(Var, Val)>) -> R<usize> {
+        let names: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
+        let lambdas: Vec<ExprId> = bs.iter().map(|(_, l)| *l).collect();
+        let Some(c0) = self.prog.code_of(&names, &lambdas, 0) else {
+            return self.unsupported("internal: a letrec without a code");
+        };
+        let free = self.prog.codes[c0.0 as usize].free.clone();
+        let mut avs = Vec::new();
+        let mut leaves = Vec::new();
+        for x in free.iter() {
+            let v = lookup(env, *x)?;
+            avs.push(v.av.clone());
+            leaves.extend(v.leaves);
+        }
+        let avs: std::rc::Rc<[Av]> = avs.into();
+        let mark = env.len();
+        for (j, name) in names.iter().enumerate() {
+            let Some(c) = self.prog.code_of(&names, &lambdas, j as u32) else {
+                return self.unsupported("internal: a letrec member without a code");
+            };
+            env.push((
+                *name,
+                Val {
+                    av: Av::Closure(c, avs.clone()),
+                    leaves: leaves.clone(),
+                },
+            ));
+        }
+        Ok(mark)
     }
 
     /// Binds a pattern (the evaluator's checks and errors); `false` if it can never match (the
@@ -1682,14 +1844,24 @@ impl Gen<'_, '_> {
                         return self.unsupported(format!("`{}` applied where it fails", p.name()));
                     };
                     let (x, y) = (self.force(x)?, self.force(y)?);
-                    if [&x.av, &y.av]
-                        .iter()
-                        .any(|v| matches!(v, Av::Closure(..) | Av::Dyn(_)))
-                    {
+                    let same_code = matches!((&x.av, &y.av),
+                        (Av::Closure(c, _), Av::Closure(d, _)) if c == d);
+                    if same_code || [&x.av, &y.av].iter().any(|v| matches!(v, Av::Dyn(_))) {
+                        // The failure is inside the environments (or only known at run time).
                         return self.unsupported(format!("`{}` applied where it fails", p.name()));
                     }
                     let bx = self.boxed_for_display(&x)?;
                     let by = self.boxed_for_display(&y)?;
+                    if [&x.av, &y.av].iter().any(|v| matches!(v, Av::Closure(..))) {
+                        // A closure against a value of another shape (another code, a
+                        // non-procedure): the evaluator's shape error, whose description of
+                        // a procedure does not show its environment.
+                        self.line(format!(
+                            "vl_shape_fail({}, {bx}, {by});",
+                            c_string(p.name())
+                        ));
+                        return Ok(Val::known(Av::Bottom));
+                    }
                     let f = if p == Prim::Plus {
                         "vl_ad_plus"
                     } else {
@@ -1697,6 +1869,13 @@ impl Gen<'_, '_> {
                     };
                     self.line(format!("{f}({bx}, {by});"));
                     self.line("vl_fail_internal(\"an AD operator did not fail as the analysis predicted\");");
+                    return Ok(Val::known(Av::Bottom));
+                }
+                // Pushing a tag fails only past the nesting limit (a closure's transformed
+                // code included).
+                Prim::Perturb | Prim::Sensitize | Prim::StarJ => {
+                    let message = vlad_core::transform::TransformError::TooDeep.to_string();
+                    self.line(format!("vl_fail_at(-1, {});", c_string(&message)));
                     return Ok(Val::known(Av::Bottom));
                 }
                 _ => return self.unsupported(format!("`{}` applied where it fails", p.name())),
@@ -2314,6 +2493,25 @@ mod tests {
                 "static double f3(double a0) {\n  return a0 + 1.0;\n}\n".into(),
             ),
         ]
+    }
+
+    #[test]
+    fn a_call_whose_result_is_returned_as_it_is_becomes_a_tail_call() {
+        let text = "  struct r_dd t1 = f2(a0, g(x));\n  return (struct r_dd){t1.f0, t1.f1};\n\
+                    double t3 = f4(a0);\nreturn t3;\n\
+                    struct r_dd t5 = f6(a0);\n  return (struct r_dd){t5.f1, t5.f0};\n\
+                    double t7 = vl_real(a0);\nreturn t7;\n";
+        let out = return_calls(text);
+        assert!(
+            out.starts_with("  return f2(a0, g(x));\nreturn f4(a0);\n"),
+            "{out}"
+        );
+        // Fields swapped, or not a generated function: unchanged.
+        assert!(out.contains("return (struct r_dd){t5.f1, t5.f0};"), "{out}");
+        assert!(
+            out.contains("double t7 = vl_real(a0);\nreturn t7;"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ const NATIVE: &[&str] = &[
     "examples/secant.vlad",
     "examples/streams.vlad",
     "examples/tour.vlad",
+    "tests/ad/forward.vlad",
     "tests/ad/property.vlad",
     "tests/ad/reverse.vlad",
     "tests/ad/reverse-property.vlad",
@@ -273,6 +274,18 @@ fn compiled_errors_match_the_evaluator() {
         ),
         ("known.vlad", "(define (f x) (* x #t))\n(f (real 2))\n"),
         ("pattern.vlad", "(define (g (cons a b)) a)\n(g (cons 1 2))\n(g (real 3))\n"),
+        // AD operators the analysis knows fail: a closure against another shape, and one tag
+        // too many.
+        (
+            "shape.vlad",
+            "(define ((scale k) x) (* k x))\n(define ((shift k) x) (+ k x))\n\
+             (write-real 1)\n(bundle (scale 3) (perturb (shift 1)))\n",
+        ),
+        ("plus.vlad", "(define ((scale k) x) (* k x))\n(plus 2 (scale (real 3)))\n"),
+        (
+            "deep.vlad",
+            "(define (p x n) (if (= n 0) x (p (perturb x) (- n 1))))\n(p 3 15)\n",
+        ),
     ] {
         let file = program(&dir, name, text);
         let file = file.as_str();
