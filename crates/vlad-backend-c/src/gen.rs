@@ -1273,16 +1273,22 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// Leaves in the layout of `av` whose values never matter (code never reached, or a
+    /// known zero that does not depend on them).
+    fn placeholders(&self, av: &Av) -> R<Vec<String>> {
+        Ok(self
+            .layout(av)?
+            .iter()
+            .map(|l| l.dummy().to_string())
+            .collect())
+    }
+
     fn coerce_leaves(&mut self, from: &Av, leaves: &[String], to: &Av) -> R<Vec<String>> {
         if from == to {
             return Ok(leaves.to_vec());
         }
         if *from == Av::Bottom {
-            return Ok(self
-                .layout(to)?
-                .iter()
-                .map(|l| l.dummy().to_string())
-                .collect());
+            return self.placeholders(to);
         }
         Ok(match (from, to) {
             (_, Av::Dyn(_)) => {
@@ -1322,10 +1328,7 @@ impl Gen<'_, '_> {
                     return Ok(Vec::new());
                 }
                 let a_leaves = if static_zero(a) {
-                    self.layout(a)?
-                        .iter()
-                        .map(|l| l.dummy().to_string())
-                        .collect()
+                    self.placeholders(a)?
                 } else {
                     leaves.to_vec()
                 };

@@ -23,13 +23,14 @@ static struct { char *base; size_t size; } *vl_chunks = 0;
 static size_t vl_nchunks = 0, vl_capchunks = 0;
 static size_t vl_cur = 0; /* the number of chunks in use; the current one is vl_cur - 1 */
 typedef struct { size_t cur; char *chunk; size_t left; } vl_mark_t;
-static void *vl_alloc_slow(size_t n) {
+/* Makes the next chunk that holds n bytes current: a free one above the current, else a new one. */
+static void vl_alloc_slow(size_t n) {
   while (vl_cur < vl_nchunks) {
     size_t i = vl_cur++;
     if (vl_chunks[i].size >= n) {
       vl_chunk = vl_chunks[i].base;
       vl_left = vl_chunks[i].size;
-      return 0;
+      return;
     }
   }
   size_t size = n > (1u << 24) ? n : (1u << 24);
@@ -44,7 +45,6 @@ static void *vl_alloc_slow(size_t n) {
   vl_cur = ++vl_nchunks;
   vl_chunk = c;
   vl_left = size;
-  return 0;
 }
 static inline void *vl_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
