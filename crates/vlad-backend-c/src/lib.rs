@@ -23,8 +23,10 @@
 //! as `Unsupported` with a reason and a position; `vlad run` then falls back to the evaluator.
 
 mod gen;
+mod units;
 
 pub use gen::{generate, Unsupported};
+pub use units::{CProgram, Function};
 
 /// The C runtime every generated program starts with.
 pub const RUNTIME: &str = include_str!("runtime.c");

@@ -16,12 +16,16 @@ struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
    a call can hand on what it allocated only through its result, so after a call whose result
    has no boxed part, everything allocated during the call is garbage: the generated code takes
    a mark before such a call and releases it after (vl_mark / vl_release), and the chunks above
-   the mark are reused. Nothing else is ever freed. */
-static char *vl_chunk = 0;
-static size_t vl_left = 0;
-static struct { char *base; size_t size; } *vl_chunks = 0;
-static size_t vl_nchunks = 0, vl_capchunks = 0;
-static size_t vl_cur = 0; /* the number of chunks in use; the current one is vl_cur - 1 */
+   the mark are reused. Nothing else is ever freed.
+   The state every translation unit shares is declared VL_SHARED (zero-initialised): `static`
+   when the program is one unit; defined in unit 0 and `extern` in the others when it is
+   compiled as several (crates/vlad-backend-c/src/units.rs). */
+struct vl_chunk_rec { char *base; size_t size; };
+VL_SHARED char *vl_chunk;
+VL_SHARED size_t vl_left;
+VL_SHARED struct vl_chunk_rec *vl_chunks;
+VL_SHARED size_t vl_nchunks, vl_capchunks;
+VL_SHARED size_t vl_cur; /* the number of chunks in use; the current one is vl_cur - 1 */
 typedef struct { size_t cur; char *chunk; size_t left; } vl_mark_t;
 /* Makes the next chunk that holds n bytes current: a free one above the current, else a new one. */
 static void vl_alloc_slow(size_t n) {
@@ -244,7 +248,7 @@ static void vl_describe(vl_buf *b, V v) {
 /* ---- run-time errors: each site's rendered position (prefix) and source excerpt (suffix). */
 typedef struct { const char *prefix, *excerpt; } vl_site_t;
 static const vl_site_t vl_sites[];
-static int vl_site = 0; /* the most recent call site in the user's program */
+VL_SHARED int vl_site; /* the most recent call site in the user's program */
 
 static void vl_fail_at(int site, const char *message) {
   fflush(stdout);
@@ -329,8 +333,8 @@ static void vl_no_procedure(V v) {
    kind 0-3 push a tag, 4-7 remove one, 8/9 primal/tangent, 10 the zero sensitivity, 11 the
    shallow primal; and `bundle` of a closure and its perturbation. */
 enum { VL_MAP_UNTAG = 4, VL_MAP_PRIMAL = 8, VL_MAP_TANGENT = 9, VL_MAP_SZERO = 10, VL_MAP_SHALLOW = 11 };
-static V vl_map_closure(int kind, V v);
-static V vl_map_bundle(V p, V t);
+VL_FUN V vl_map_closure(int kind, V v);
+VL_FUN V vl_map_bundle(V p, V t);
 static void vl_ad_fail(const char *op, const char *what, V v) {
   vl_buf b = {0, 0, 0};
   vl_put(&b, op); vl_put(&b, ": expected "); vl_put(&b, what); vl_put(&b, ", got ");
@@ -384,7 +388,7 @@ static V vl_ad_bundle(V p, V t) {
   vl_shape_fail("bundle", p, t);
   return p;
 }
-static const char *vl_code_slots[];
+VL_SHARED const char *vl_code_slots[];
 static V vl_ad_plus(V a, V b) {
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
     /* Closures of one code: their environments added slot by slot. */
@@ -486,6 +490,7 @@ static double vl_read_real(int site) {
 }
 
 /* ---- main: the program runs on a thread with a large stack (deep non-tail recursion). */
+#ifndef VL_SECONDARY
 static void vl_program(void);
 static void *vl_thread(void *arg) { (void)arg; vl_program(); return 0; }
 int main(void) {
@@ -501,3 +506,4 @@ int main(void) {
   fflush(stdout);
   return 0;
 }
+#endif

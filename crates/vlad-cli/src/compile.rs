@@ -121,13 +121,12 @@ fn compile_c(
     };
     let written = match (emit, output) {
         (Some(Emit::C), None) => {
-            write_out(&c);
+            write_out(&c.single());
             Ok(())
         }
-        (Some(Emit::C), Some(out)) => {
-            std::fs::write(out, c).map_err(|e| format!("cannot write {}: {e}", out.display()))
-        }
-        (_, Some(out)) => crate::native::compile_c(&c, out, opts),
+        (Some(Emit::C), Some(out)) => std::fs::write(out, c.single())
+            .map_err(|e| format!("cannot write {}: {e}", out.display())),
+        (_, Some(out)) => crate::native::compile_c(&crate::native::units(&c), out, opts),
         (_, None) => unreachable!("an output or --emit c"),
     };
     match written {

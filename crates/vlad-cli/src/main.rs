@@ -219,7 +219,7 @@ pub(crate) fn evaluate(
 /// evaluator, with a one-line note, where the compiler cannot handle the program.
 fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptions) -> u8 {
     let reason = match native::generate_c(file, include) {
-        Ok(c) => match native::cached_executable(&c, opts) {
+        Ok(c) => match native::cached_executable(&native::units(&c), opts) {
             Ok(exe) => match native::run_executable(&exe) {
                 Ok(code) => return code,
                 Err(e) => e,

@@ -181,6 +181,53 @@ fn native_code_prints_what_the_evaluator_prints() {
     assert!(compiled >= NATIVE.len());
 }
 
+/// Large programs compile as several translation units in parallel (`units.rs`); small ones
+/// are split here on request, so every run of the tests checks the split: shared runtime state
+/// (the arena, error sites, boxed constants), the AD maps of boxed closures in unit 0, and
+/// calls across units.
+#[test]
+fn programs_split_into_units_print_what_the_evaluator_prints() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a directory");
+    for rel in [
+        "examples/saddle-RR.vlad",
+        "examples/streams.vlad",
+        "tests/ad/reverse-property.vlad",
+        "tests/conformance/patterns.vlad",
+    ] {
+        let exe = dir.path().join("prog");
+        let exe = exe.to_str().unwrap();
+        let c = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(["compile", rel, "-o", exe])
+            .current_dir(&root)
+            .env("VLAD_C_UNITS", "3")
+            .env("VLAD_C_DEBUG", "1")
+            .output()
+            .expect("run vlad");
+        let err = String::from_utf8_lossy(&c.stderr);
+        assert!(c.status.success(), "{rel}: {err}");
+        assert!(err.contains("3 translation unit(s)"), "{rel}: {err}");
+        let native = Command::new(exe)
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the program");
+        let eval = vlad(&root, cache.path(), &["run", "--interp", rel]);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        assert!(
+            same_output(&text(&native.stdout), &text(&eval.stdout))
+                && native.stderr == eval.stderr
+                && native.status.code() == eval.status.code(),
+            "{rel}: split native code and the evaluator differ\n--- native:\n{}{}\n--- evaluator:\n{}{}",
+            text(&native.stdout),
+            text(&native.stderr),
+            text(&eval.stdout),
+            text(&eval.stderr)
+        );
+    }
+}
+
 #[test]
 fn run_falls_back_to_the_evaluator_with_a_reason() {
     let root = repo_root();
