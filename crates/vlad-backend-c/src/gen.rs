@@ -1,6 +1,8 @@
 //! Code generation: one C function per specialised function, values as flat lists of leaves.
 //! See the crate documentation for the representation.
 
+mod arrays;
+
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use vlad_core::{Expr, ExprId, Pattern, Prim, Span, Tag, Var};
@@ -578,7 +580,9 @@ impl Gen<'_, '_> {
                     self.layout_into(of, out)?;
                 }
             }
-            Av::Array(..) => return self.unsupported("arrays"),
+            // A flat array (`arrays.rs`).
+            Av::Array(t, _) if t.is_empty() => out.push(Leaf::V),
+            Av::Array(..) => return self.unsupported("AD tags on arrays"),
             Av::Dyn(_) => out.push(Leaf::V),
         }
         Ok(())
@@ -965,6 +969,11 @@ impl Gen<'_, '_> {
                 }
                 v
             }
+            Expr::Const(d, tags)
+                if matches!(av, Av::Array(..) | Av::Pair(..)) && !self.layout(&av)?.is_empty() =>
+            {
+                self.array_constant(&d, tags, &av)?
+            }
             Expr::Const(..) | Expr::Prim(..) => {
                 if !self.layout(&av)?.is_empty() {
                     return self.unsupported("a constant that is not known");
@@ -1328,6 +1337,9 @@ impl Gen<'_, '_> {
                 out
             }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => self.coerce_leaves(x, leaves, y)?,
+            (Av::Array(t, x), Av::Array(u, y)) if t.is_empty() && u.is_empty() => {
+                self.coerce_array(&leaves[0], x, y)?
+            }
             (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d && e1.len() == e2.len() => {
                 let parts = self.split(&e1.iter().collect::<Vec<_>>(), leaves)?;
                 let mut out = Vec::new();
@@ -1473,7 +1485,8 @@ impl Gen<'_, '_> {
                 let forced = self.force(v.clone())?;
                 return self.boxed_val(&forced);
             }
-            Av::Array(..) => return self.unsupported("boxing an array"),
+            Av::Array(t, e) if t.is_empty() => return self.box_array(&v.leaves[0], e),
+            Av::Array(..) => return self.unsupported("boxing an array with AD tags"),
         };
         let t = self.fresh("b");
         self.line(format!("V {t} = {e};"));
@@ -1537,7 +1550,8 @@ impl Gen<'_, '_> {
                     s.apply(t, thunk.clone(), Val::known(Av::Nil), out, site)
                 })
             }
-            Target::Build(_) | Target::Ifold(_) => self.unsupported("arrays (`build`, `ifold`)"),
+            Target::Build(t) => self.build(t, a, out, site),
+            Target::Ifold(t) => self.ifold(t, a, out, site),
             Target::NotProcedure => {
                 let b = self.boxed_for_display(&f)?;
                 self.line(format!(
@@ -1806,6 +1820,11 @@ impl Gen<'_, '_> {
                 let b = self.boxed_for_display(&a)?;
                 self.line(format!("vl_write_value({b});"));
                 a
+            }
+            Prim::Get => self.get(a, site)?,
+            Prim::ArrayLength => {
+                let a = self.force(a)?;
+                self.array_length(a)?
             }
             _ => return self.ad_prim(p, a, out),
         };

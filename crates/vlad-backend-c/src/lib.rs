@@ -19,8 +19,9 @@
 //! the leaves; `bundle` interleaves its arguments' leaves, `primal` and `tangent` select them,
 //! `plus` adds them, and zeros are known at compile time.
 //!
-//! What the backend cannot compile yet (arrays, AD operators on boxed values, ...) is reported
-//! as `Unsupported` with a reason and a position; `vlad run` then falls back to the evaluator.
+//! Arrays without AD tags are flat runtime objects (`gen/arrays.rs`). What the backend cannot
+//! compile yet (arrays with AD tags, boxed arrays, ...) is reported as `Unsupported` with a
+//! reason and a position; `vlad run` then falls back to the evaluator.
 
 mod gen;
 mod units;

@@ -9,7 +9,7 @@
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
 enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
-enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED };
+enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED, VL_ARRAY, VL_FLAT };
 struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
 
 /* ---- the arena: boxed values live in chunks allocated in order. Values are immutable and
@@ -72,6 +72,28 @@ static V vl_obj(int kind, unsigned aux, int n) {
   return o;
 }
 static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
+
+/* ---- arrays (untagged). An array whose elements have one abstract value is *flat*: slot 0
+   holds its length n, and element i's leaves (the element's layout, k of them: aux) are slots
+   1 + i*k ... i*k + k. The generated code reads and writes them; for printing or an error
+   message it is boxed into a VL_ARRAY (aux 0, slot 0 the length, slots 1..n the boxed
+   elements). Boxed arrays exist for display only: no AD operator or dispatch sees one. */
+static V vl_flat(long n, unsigned k) {
+  V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
+  o->kind = VL_FLAT;
+  o->aux = k;
+  o->s[0].b = n;
+  return o;
+}
+static V vl_boxed_array(long n) {
+  V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n) * sizeof(vl_slot));
+  o->kind = VL_ARRAY;
+  o->aux = 0;
+  o->s[0].b = n;
+  return o;
+}
+/* A real that is an index or a count (a non-negative integer; the evaluator's test). */
+static int vl_is_natural(double r) { return r >= 0.0 && r - floor(r) == 0.0; }
 static V vl_real(double d) { V o = vl_obj(VL_REAL, 0, 1); o->s[0].d = d; return o; }
 static V vl_prim(unsigned p) { return vl_obj(VL_PRIM, p, 0); }
 static V vl_pair(unsigned tags, V a, V b) {
@@ -174,6 +196,14 @@ static void vl_write(vl_buf *b, V v) {
   case VL_REAL: vl_format_real(v->s[0].d, num); vl_put(b, num); return;
   case VL_PRIM: vl_put(b, "<procedure:"); vl_put(b, vl_prim_names[v->aux]); vl_put(b, ">"); return;
   case VL_CLOSURE: vl_put(b, "<procedure>"); return;
+  case VL_ARRAY:
+    vl_put(b, "#(");
+    for (long i = 0; i < v->s[0].b; i++) {
+      if (i) vl_put(b, " ");
+      vl_write(b, v->s[1 + i].v);
+    }
+    vl_put(b, ")");
+    return;
   case VL_BUNDLE:
     vl_put(b, "(forward "); vl_write(b, v->s[0].v); vl_put(b, " "); vl_write(b, v->s[1].v);
     vl_put(b, ")"); return;
@@ -230,6 +260,12 @@ static void vl_describe(vl_buf *b, V v) {
   case VL_NIL: case VL_BOOL: case VL_REAL: vl_write(b, v); return;
   case VL_PRIM: vl_put(b, "the primitive `"); vl_put(b, vl_prim_names[v->aux]); vl_put(b, "`"); return;
   case VL_CLOSURE: vl_put(b, "a procedure"); return;
+  case VL_ARRAY: {
+    char n[64];
+    snprintf(n, sizeof n, "an array of length %ld", v->s[0].b);
+    vl_put(b, n);
+    return;
+  }
   case VL_PAIR:
     if (!v->aux) { vl_put(b, "a pair"); return; }
     vl_put(b, "a "); vl_put(b, vl_tag_names[v->aux & 3]); vl_put(b, " pair"); return;
@@ -283,6 +319,29 @@ static void vl_fail_two(int site, const char *prim, V a, V b) {
   vl_put(&m, "`"); vl_put(&m, prim); vl_put(&m, "` takes two reals, got ");
   vl_describe(&m, a); vl_put(&m, " and "); vl_describe(&m, b);
   vl_fail_at(site, m.p);
+}
+/* The errors of `build`, `ifold` and `get` (vlad-eval/src/array.rs). */
+static void vl_check_count(int site, const char *op, const char *what, double r) {
+  if (vl_is_natural(r) && r < 9007199254740992.0) return;
+  char num[64], m[200];
+  vl_format_real(r, num);
+  if (vl_is_natural(r)) snprintf(m, sizeof m, "%s: the %s %s is too large", op, what, num);
+  else snprintf(m, sizeof m, "%s: the %s must be a non-negative integer, got %s", op, what, num);
+  vl_fail_at(site, m);
+}
+static void vl_index_fail(int site, double r, long n) {
+  char num[64], m[200];
+  vl_format_real(r, num);
+  if (!vl_is_natural(r))
+    snprintf(m, sizeof m, "get: the index must be a non-negative integer, got %s", num);
+  else
+    snprintf(m, sizeof m, "get: index %s is out of range for an array of length %ld", num, n);
+  vl_fail_at(site, m);
+}
+static inline long vl_index(int site, double r, long n) {
+  if (vl_is_natural(r) && r < (double)n) return (long)r;
+  vl_index_fail(site, r, n);
+  return 0;
 }
 static double vl_to_real(V v, int site, const char *prim) {
   if (v->kind == VL_REAL) return v->s[0].d;

@@ -39,6 +39,7 @@ const NATIVE: &[&str] = &[
     "tests/ad/property.vlad",
     "tests/ad/reverse.vlad",
     "tests/ad/reverse-property.vlad",
+    "tests/array/compiled.vlad",
     "tests/conformance/io.vlad",
     "tests/conformance/patterns.vlad",
     "tests/conformance/primitives.vlad",
@@ -194,6 +195,7 @@ fn programs_split_into_units_print_what_the_evaluator_prints() {
         "examples/saddle-RR.vlad",
         "examples/streams.vlad",
         "tests/ad/reverse-property.vlad",
+        "tests/array/compiled.vlad",
         "tests/conformance/patterns.vlad",
     ] {
         let exe = dir.path().join("prog");
@@ -233,13 +235,20 @@ fn run_falls_back_to_the_evaluator_with_a_reason() {
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a directory");
-    // An array: not compiled yet, so this stays a fallback until arrays compile (then pick
-    // another construct the backend lacks, or drop this test with the fallback).
-    let file = program(&dir, "a.vlad", "(build 3 (lambda (i) (* i i)))\n");
+    // An array with AD tags: not compiled yet, so this stays a fallback until they compile
+    // (then pick another construct the backend lacks, or drop this test with the fallback).
+    let file = program(
+        &dir,
+        "a.vlad",
+        "(bundle (build 2 (lambda (i) i)) (perturb (build 2 (lambda (i) 1))))\n",
+    );
     let o = vlad(&root, cache.path(), &["run", &file]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "#(0 1 4)\n");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "(forward #(0 1) (perturbation #(1 1)))\n"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not compiled to native code"), "{err}");
 }
@@ -332,6 +341,27 @@ fn compiled_errors_match_the_evaluator() {
         (
             "deep.vlad",
             "(define (p x n) (if (= n 0) x (p (perturb x) (- n 1))))\n(p 3 15)\n",
+        ),
+        // Arrays: an index out of range, not an integer, or not a natural; a length or count
+        // that is negative, fractional or too large for an index; an error inside the loop
+        // after output from the earlier iterations.
+        (
+            "range.vlad",
+            "(define v (build 3 (lambda (i) (* i 1.5))))\n(get v 1)\n(get v (+ 2 (real 1)))\n",
+        ),
+        ("fraction.vlad", "(get #(1 2 3) (real 0.5))\n"),
+        ("negative.vlad", "(get (build 2 (lambda (i) i)) (real -1))\n"),
+        ("infinite.vlad", "(get (build 2 (lambda (i) i)) (/ 1 (real 0)))\n"),
+        ("length.vlad", "(build (real -2) (lambda (i) i))\n"),
+        ("half.vlad", "(build (real 2.5) (lambda (i) i))\n"),
+        ("count.vlad", "(ifold (lambda (a i) a) 0 (real 1e300))\n"),
+        (
+            "inside.vlad",
+            "(ifold (lambda (a i) (if (< i 2) (write-real (+ a i)) (+ a #t))) 0 (real 5))\n",
+        ),
+        (
+            "element.vlad",
+            "(build (real 4) (lambda (i) (if (< i 2) (write-real i) (* i #f))))\n",
         ),
     ] {
         let file = program(&dir, name, text);
