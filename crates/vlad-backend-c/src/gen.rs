@@ -259,6 +259,81 @@ fn finish_marks(text: &str, allocating: &HashSet<usize>) -> String {
     out
 }
 
+/// The parameters (C type, name) of a generated function's signature.
+fn parameters(sig: &str) -> Vec<(String, String)> {
+    let Some((_, ps)) = sig.split_once('(') else {
+        return Vec::new();
+    };
+    let ps = ps.trim_end_matches(')');
+    if ps == "void" || ps.is_empty() {
+        return Vec::new();
+    }
+    ps.split(", ")
+        .filter_map(|p| p.rsplit_once(' '))
+        .map(|(t, n)| (t.to_string(), n.to_string()))
+        .collect()
+}
+
+/// A tail call `return fK(args);` passes on nothing that this call of the function allocated
+/// when each argument is a literal or a variable, and every argument in a boxed (`V`)
+/// parameter of the callee is one of the function's own parameters (allocated before it was
+/// entered). Its result is the callee's, so everything allocated since the function was
+/// entered is garbage: the function takes an arena mark on entry and releases it before such
+/// a call. A loop (a function calling itself in tail position) that builds arrays or boxed
+/// values at each step then runs in constant memory, instead of memory growing with its trip
+/// count until an enclosing call returns.
+fn release_before_tail_calls(
+    text: &str,
+    own: &[(String, String)],
+    params: &HashMap<usize, Vec<(String, String)>>,
+) -> String {
+    let releases = |l: &str| -> bool {
+        let Some(call) = l.trim_start().strip_prefix("return f") else {
+            return false;
+        };
+        let digits = call.bytes().take_while(u8::is_ascii_digit).count();
+        let Some(callee) = call[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|k| params.get(&k))
+        else {
+            return false;
+        };
+        let Some(args) = call[digits..]
+            .strip_prefix('(')
+            .and_then(|a| a.strip_suffix(");"))
+        else {
+            return false;
+        };
+        let args: Vec<&str> = if args.is_empty() {
+            Vec::new()
+        } else {
+            args.split(", ").collect()
+        };
+        args.len() == callee.len()
+            && args
+                .iter()
+                .zip(callee)
+                .all(|(a, (ty, _))| is_simple(a) && (ty != "V" || own.iter().any(|(_, n)| n == a)))
+    };
+    if !text.lines().any(releases) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    for (i, l) in text.lines().enumerate() {
+        if releases(l) {
+            let indent = &l[..l.len() - l.trim_start().len()];
+            let _ = writeln!(out, "{indent}vl_release(vl_entry);");
+        }
+        out.push_str(l);
+        out.push('\n');
+        if i == 0 {
+            out.push_str("  vl_mark_t vl_entry = vl_mark();\n");
+        }
+    }
+    out
+}
+
 /// `T t = fK(...);` followed by a `return` of exactly `t` (all its fields, in order) becomes
 /// `return fK(...);`: GCC makes a tail call of that (a jump, arguments in place), not of a call
 /// whose struct result is copied field by field into the caller's result.
@@ -439,11 +514,21 @@ pub fn generate(
         g.line(format!("vl_print_line({b});"));
     }
     let allocating = allocating_functions(&texts);
+    let params: HashMap<usize, Vec<(String, String)>> = texts
+        .iter()
+        .zip(&sigs)
+        .map(|((k, _), sig)| (*k, parameters(sig)))
+        .collect();
     let funs = texts
         .iter()
         .zip(sigs)
         .map(|((k, text), sig)| {
             let text = return_calls(&finish_marks(text, &allocating));
+            let text = if allocating.contains(k) {
+                release_before_tail_calls(&text, &params[k], &params)
+            } else {
+                text
+            };
             // Storage classes are the layout's choice (`units.rs`).
             let strip = |s: &str| s.strip_prefix("static ").unwrap_or(s).to_string();
             crate::units::Function {
@@ -2563,6 +2648,38 @@ mod tests {
         );
         assert!(holds_boxed("static int g(V a0)"));
         assert!(!holds_boxed("struct r_VV t; // LEAVES V"));
+    }
+
+    #[test]
+    fn a_tail_call_passing_no_new_boxed_value_releases_what_the_call_allocated() {
+        let sig4 = "static double f4(double a0, V a1)";
+        let sig5 = "static double f5(V a0, double a1)";
+        let params: HashMap<usize, Vec<(String, String)>> =
+            [(4, parameters(sig4)), (5, parameters(sig5))]
+                .into_iter()
+                .collect();
+        assert_eq!(
+            params[&5],
+            vec![("V".into(), "a0".into()), ("double".into(), "a1".into())]
+        );
+        let text = format!(
+            "{sig4} {{\n  V b1 = vl_real(a0);\n  if (a0 > 1.0) {{\n    return f4(a0, b1);\n  }}\n  \
+             return f5(a1, (1e0));\n}}\n"
+        );
+        // The entry mark, and a release before the call of f5 only: f4 is passed b1, which
+        // was allocated here; f5 is passed the function's own parameter a1.
+        assert_eq!(
+            release_before_tail_calls(&text, &params[&4], &params),
+            format!(
+                "{sig4} {{\n  vl_mark_t vl_entry = vl_mark();\n  V b1 = vl_real(a0);\n  \
+                 if (a0 > 1.0) {{\n    return f4(a0, b1);\n  }}\n  vl_release(vl_entry);\n  \
+                 return f5(a1, (1e0));\n}}\n"
+            )
+        );
+        // An argument that is an expression (it could read or allocate after the release):
+        // nothing changes.
+        let text = format!("{sig4} {{\n  return f5(a1, (a0 + 1.0));\n}}\n");
+        assert_eq!(release_before_tail_calls(&text, &params[&4], &params), text);
     }
 
     #[test]
