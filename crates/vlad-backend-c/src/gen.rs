@@ -1779,8 +1779,12 @@ impl Gen<'_, '_> {
     }
 
     fn prim(&mut self, p: Prim, a: Val, out: &Av, site: i64) -> R<Val> {
-        let pure_known = !matches!(p, Prim::ReadReal | Prim::WriteReal | Prim::Write)
-            && *out != Av::Bottom
+        // `get` checks its index even where the element is known: an index out of range is an
+        // error, not the known element.
+        let pure_known = !matches!(
+            p,
+            Prim::ReadReal | Prim::WriteReal | Prim::Write | Prim::Get
+        ) && *out != Av::Bottom
             && self.layout(out)?.is_empty();
         if pure_known {
             return Ok(Val::known(out.clone()));

@@ -350,6 +350,11 @@ fn compiled_errors_match_the_evaluator() {
             "(define v (build 3 (lambda (i) (* i 1.5))))\n(get v 1)\n(get v (+ 2 (real 1)))\n",
         ),
         ("fraction.vlad", "(get #(1 2 3) (real 0.5))\n"),
+        // Every element known (7): the index is still checked.
+        (
+            "known-element.vlad",
+            "(define s (build (real 3) (lambda (i) 7)))\n(get s 1)\n(get s (real 5))\n",
+        ),
         ("negative.vlad", "(get (build 2 (lambda (i) i)) (real -1))\n"),
         ("infinite.vlad", "(get (build 2 (lambda (i) i)) (/ 1 (real 0)))\n"),
         ("length.vlad", "(build (real -2) (lambda (i) i))\n"),
