@@ -274,61 +274,142 @@ fn parameters(sig: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The callee and the arguments of a tail call `return fK(args);` whose arguments are all
+/// literals or variables.
+fn simple_tail_call(l: &str) -> Option<(usize, Vec<String>)> {
+    let call = l.trim_start().strip_prefix("return f")?;
+    let digits = call.bytes().take_while(u8::is_ascii_digit).count();
+    let k = call[..digits].parse::<usize>().ok()?;
+    let args = call[digits..].strip_prefix('(')?.strip_suffix(");")?;
+    let args: Vec<String> = if args.is_empty() {
+        Vec::new()
+    } else {
+        args.split(", ").map(str::to_string).collect()
+    };
+    args.iter().all(|a| is_simple(a)).then_some((k, args))
+}
+
+/// Arena releases before the tail calls of function `me` (whose text is `text`).
+///
 /// A tail call `return fK(args);` passes on nothing that this call of the function allocated
-/// when each argument is a literal or a variable, and every argument in a boxed (`V`)
-/// parameter of the callee is one of the function's own parameters (allocated before it was
-/// entered). Its result is the callee's, so everything allocated since the function was
-/// entered is garbage: the function takes an arena mark on entry and releases it before such
-/// a call. A loop (a function calling itself in tail position) that builds arrays or boxed
-/// values at each step then runs in constant memory, instead of memory growing with its trip
-/// count until an enclosing call returns.
+/// when each argument is a literal or a variable and every argument in a boxed (`V`) parameter
+/// of the callee is one of the function's own parameters (allocated before it was entered).
+/// Its result is the callee's, so everything allocated since the function was entered is
+/// garbage: the function takes an arena mark on entry and releases it before such a call. A
+/// loop (a function calling itself in tail position) that builds arrays or boxed values at
+/// each step, and carries only reals to the next, then runs in constant memory.
+///
+/// A loop that carries an array it built to the next step (a simulation stepping a state
+/// vector) needs more: the array is copied down to the mark (`vl_release_carrying`) when its
+/// elements hold no pointers (`carriable`, per function and parameter). The copy must
+/// replace the previous step's array, so the mark has to stay where it was on the loop's
+/// first entry: the function becomes a C loop (`for (;;)`, the mark taken once before it),
+/// and its self tail calls assign the parameters and `continue`. A boxed parameter may then
+/// hold something an earlier step allocated above the mark, so a release is allowed only
+/// where each boxed argument is copied or is a parameter that every self tail call passes on
+/// unchanged (still the caller's, below the mark).
 fn release_before_tail_calls(
     text: &str,
-    own: &[(String, String)],
+    me: usize,
     params: &HashMap<usize, Vec<(String, String)>>,
+    carriable: &HashMap<usize, Vec<bool>>,
 ) -> String {
-    let releases = |l: &str| -> bool {
-        let Some(call) = l.trim_start().strip_prefix("return f") else {
-            return false;
-        };
-        let digits = call.bytes().take_while(u8::is_ascii_digit).count();
-        let Some(callee) = call[..digits]
-            .parse::<usize>()
-            .ok()
-            .and_then(|k| params.get(&k))
-        else {
-            return false;
-        };
-        let Some(args) = call[digits..]
-            .strip_prefix('(')
-            .and_then(|a| a.strip_suffix(");"))
-        else {
-            return false;
-        };
-        let args: Vec<&str> = if args.is_empty() {
-            Vec::new()
-        } else {
-            args.split(", ").collect()
-        };
-        args.len() == callee.len()
-            && args
-                .iter()
-                .zip(callee)
-                .all(|(a, (ty, _))| is_simple(a) && (ty != "V" || own.iter().any(|(_, n)| n == a)))
+    let Some(own) = params.get(&me) else {
+        return text.to_string();
     };
-    if !text.lines().any(releases) {
+    let calls: Vec<Option<(usize, Vec<String>)>> = text.lines().map(simple_tail_call).collect();
+    let self_call = format!("return f{me}(");
+    // The boxed parameters every self tail call passes on unchanged, in place.
+    let invariant: Vec<bool> = own
+        .iter()
+        .enumerate()
+        .map(|(j, (ty, name))| {
+            ty == "V"
+                && text.lines().zip(&calls).all(|(l, c)| {
+                    !l.trim_start().starts_with(&self_call)
+                        || c.as_ref().is_some_and(|(_, a)| a.get(j) == Some(name))
+                })
+        })
+        .collect();
+    let is_own = |a: &str| own.iter().any(|(_, n)| n == a);
+    let is_invariant = |a: &str| {
+        own.iter()
+            .zip(&invariant)
+            .any(|((_, n), inv)| *inv && n == a)
+    };
+    // The arguments to copy at each releasing call (`None`: no release there), with the C
+    // loop (`looped`) or without.
+    let plan = |call: &Option<(usize, Vec<String>)>, looped: bool| -> Option<Vec<usize>> {
+        let (k, args) = call.as_ref()?;
+        let callee = params.get(k)?;
+        if args.len() != callee.len() {
+            return None;
+        }
+        let mut copied = Vec::new();
+        for (j, (a, (ty, _))) in args.iter().zip(callee).enumerate() {
+            if ty != "V" || (!looped && is_own(a)) || (looped && is_invariant(a)) {
+                continue;
+            }
+            if looped && *k == me && carriable.get(&me).is_some_and(|c| c.get(j) == Some(&true)) {
+                copied.push(j);
+            } else {
+                return None;
+            }
+        }
+        Some(copied)
+    };
+    let looped = calls.iter().any(|c| {
+        c.as_ref().is_some_and(|(k, _)| *k == me) && plan(c, true).is_some_and(|p| !p.is_empty())
+    });
+    let plans: Vec<Option<Vec<usize>>> = calls.iter().map(|c| plan(c, looped)).collect();
+    if plans.iter().all(Option::is_none) {
         return text.to_string();
     }
-    let mut out = String::with_capacity(text.len() + 64);
-    for (i, l) in text.lines().enumerate() {
-        if releases(l) {
-            let indent = &l[..l.len() - l.trim_start().len()];
-            let _ = writeln!(out, "{indent}vl_release(vl_entry);");
+    let lines: Vec<&str> = text.lines().collect();
+    let last = lines.iter().rposition(|l| *l == "}");
+    let mut out = String::with_capacity(text.len() + 128);
+    for (i, l) in lines.iter().enumerate() {
+        let indent = &l[..l.len() - l.trim_start().len()];
+        if looped && Some(i) == last {
+            out.push_str("  }\n");
         }
-        out.push_str(l);
+        match (&plans[i], &calls[i]) {
+            (Some(copied), Some((k, args))) => {
+                let mut args = args.clone();
+                if copied.is_empty() {
+                    let _ = writeln!(out, "{indent}vl_release(vl_entry);");
+                } else {
+                    let c = format!("vl_c{i}");
+                    let items: Vec<&str> = copied.iter().map(|&j| args[j].as_str()).collect();
+                    let _ = writeln!(out, "{indent}V {c}[] = {{{}}};", items.join(", "));
+                    let n = copied.len();
+                    let _ = writeln!(out, "{indent}vl_release_carrying(vl_entry, {c}, {n});");
+                    for (n, &j) in copied.iter().enumerate() {
+                        args[j] = format!("{c}[{n}]");
+                    }
+                }
+                if looped && *k == me {
+                    // The parameters all at once (an argument may be another parameter).
+                    let _ = write!(out, "{indent}{{");
+                    for (j, ((ty, _), a)) in own.iter().zip(&args).enumerate() {
+                        let _ = write!(out, " {ty} vl_n{i}_{j} = {a};");
+                    }
+                    for (j, (_, name)) in own.iter().enumerate() {
+                        let _ = write!(out, " {name} = vl_n{i}_{j};");
+                    }
+                    out.push_str(" continue; }");
+                } else {
+                    let _ = write!(out, "{indent}return f{k}({});", args.join(", "));
+                }
+            }
+            _ => out.push_str(l),
+        }
         out.push('\n');
         if i == 0 {
             out.push_str("  vl_mark_t vl_entry = vl_mark();\n");
+            if looped {
+                out.push_str("  for (;;) {\n");
+            }
         }
     }
     out
@@ -519,13 +600,20 @@ pub fn generate(
         .zip(&sigs)
         .map(|((k, _), sig)| (*k, parameters(sig)))
         .collect();
+    let mut carriable = HashMap::new();
+    for (k, _) in &texts {
+        let flags = g.carriable_params(*k)?;
+        if flags.len() == params[k].len() {
+            carriable.insert(*k, flags);
+        }
+    }
     let funs = texts
         .iter()
         .zip(sigs)
         .map(|((k, text), sig)| {
             let text = return_calls(&finish_marks(text, &allocating));
             let text = if allocating.contains(k) {
-                release_before_tail_calls(&text, &params[k], &params)
+                release_before_tail_calls(&text, *k, &params, &carriable)
             } else {
                 text
             };
@@ -644,31 +732,62 @@ impl Gen<'_, '_> {
     }
 
     fn layout_into(&self, av: &Av, out: &mut Vec<Leaf>) -> R<()> {
+        self.visit_leaves(av, &mut |l, _| out.push(l))
+    }
+
+    /// For each leaf of `av`'s layout, whether it is a flat array whose elements hold no
+    /// pointers: a loop may carry such an array from one iteration to the next by copying it
+    /// (`vl_release_carrying`).
+    fn carriable_leaves(&self, av: &Av) -> R<Vec<bool>> {
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.visit_leaves(av, &mut |l, x| {
+            let flat = l == Leaf::V
+                && match x {
+                    Av::Array(_, e) => match self.layout(e) {
+                        Ok(el) => !el.contains(&Leaf::V),
+                        Err(u) => {
+                            failed = Some(u);
+                            false
+                        }
+                    },
+                    _ => false,
+                };
+            out.push(flat);
+        })?;
+        match failed {
+            Some(u) => Err(u),
+            None => Ok(out),
+        }
+    }
+
+    /// Calls `f` on each leaf of `av`'s layout, in order, with the value the leaf holds.
+    fn visit_leaves(&self, av: &Av, f: &mut dyn FnMut(Leaf, &Av)) -> R<()> {
         match av {
             Av::Bottom | Av::Nil | Av::Bool(Some(_)) | Av::Real(Some(_)) | Av::Prim(_) => {}
-            Av::Bool(None) => out.push(Leaf::B),
-            Av::Real(None) => out.push(Leaf::D),
+            Av::Bool(None) => f(Leaf::B, av),
+            Av::Real(None) => f(Leaf::D, av),
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
-                self.layout_into(a, out)?;
-                self.layout_into(b, out)?;
+                self.visit_leaves(a, f)?;
+                self.visit_leaves(b, f)?;
             }
             Av::Closure(_, env) => {
                 for x in env.iter() {
-                    self.layout_into(x, out)?;
+                    self.visit_leaves(x, f)?;
                 }
             }
-            Av::Tagged(_, x) => self.layout_into(x, out)?,
+            Av::Tagged(_, x) => self.visit_leaves(x, f)?,
             // A lazy zero keeps the leaves of the parts of its reverse value whose zeros are not
             // known at compile time (boxed parts): `force` makes the zero from them.
             Av::Zero(of) => {
                 if !static_zero(of) {
-                    self.layout_into(of, out)?;
+                    self.visit_leaves(of, f)?;
                 }
             }
             // A flat array (`arrays.rs`).
-            Av::Array(t, _) if t.is_empty() => out.push(Leaf::V),
+            Av::Array(t, _) if t.is_empty() => f(Leaf::V, av),
             Av::Array(..) => return self.unsupported("AD tags on arrays"),
-            Av::Dyn(_) => out.push(Leaf::V),
+            Av::Dyn(_) => f(Leaf::V, av),
         }
         Ok(())
     }
@@ -965,6 +1084,18 @@ impl Gen<'_, '_> {
             )),
         }
         Ok(())
+    }
+
+    /// For each C parameter of the function of key `k` (its environment's leaves, then its
+    /// argument's), whether it is a pointer-free flat array (`carriable_leaves`).
+    fn carriable_params(&self, k: usize) -> R<Vec<bool>> {
+        let f = self.fun(k)?;
+        let code = &self.prog.codes[f.code.0 as usize];
+        let mut out = Vec::new();
+        for av in f.env.iter().take(code.free.len()).chain([&f.arg]) {
+            out.extend(self.carriable_leaves(av)?);
+        }
+        Ok(out)
     }
 
     /// C parameters `PREFIX0`, `PREFIX1`, ... for the leaves of `av` (declarations pushed on
@@ -2666,6 +2797,7 @@ mod tests {
             params[&5],
             vec![("V".into(), "a0".into()), ("double".into(), "a1".into())]
         );
+        let none = HashMap::new();
         let text = format!(
             "{sig4} {{\n  V b1 = vl_real(a0);\n  if (a0 > 1.0) {{\n    return f4(a0, b1);\n  }}\n  \
              return f5(a1, (1e0));\n}}\n"
@@ -2673,7 +2805,7 @@ mod tests {
         // The entry mark, and a release before the call of f5 only: f4 is passed b1, which
         // was allocated here; f5 is passed the function's own parameter a1.
         assert_eq!(
-            release_before_tail_calls(&text, &params[&4], &params),
+            release_before_tail_calls(&text, 4, &params, &none),
             format!(
                 "{sig4} {{\n  vl_mark_t vl_entry = vl_mark();\n  V b1 = vl_real(a0);\n  \
                  if (a0 > 1.0) {{\n    return f4(a0, b1);\n  }}\n  vl_release(vl_entry);\n  \
@@ -2683,7 +2815,56 @@ mod tests {
         // An argument that is an expression (it could read or allocate after the release):
         // nothing changes.
         let text = format!("{sig4} {{\n  return f5(a1, (a0 + 1.0));\n}}\n");
-        assert_eq!(release_before_tail_calls(&text, &params[&4], &params), text);
+        assert_eq!(release_before_tail_calls(&text, 4, &params, &none), text);
+    }
+
+    #[test]
+    fn a_loop_carrying_a_pointer_free_array_copies_it_down_to_its_first_entry_mark() {
+        // f6(array, n, boxed): a loop stepping an array; a1 is a count, a2 a boxed value it
+        // passes on unchanged.
+        let sig6 = "static V f6(V a0, double a1, V a2)";
+        let sig7 = "static V f7(V a0, V a1)";
+        let params: HashMap<usize, Vec<(String, String)>> =
+            [(6, parameters(sig6)), (7, parameters(sig7))]
+                .into_iter()
+                .collect();
+        let carriable: HashMap<usize, Vec<bool>> =
+            [(6, vec![true, false, false]), (7, vec![true, true])]
+                .into_iter()
+                .collect();
+        let text = format!(
+            "{sig6} {{\n  if (a1 > 0.0) {{\n    V t1 = f9(a0);\n    double t2 = a1 - 1.0;\n    \
+             return f6(t1, t2, a2);\n  }}\n  return f7(a2, a0);\n}}\n"
+        );
+        // The self tail call copies t1 down to the mark taken once, before the loop, and
+        // continues; a2 is passed on unchanged by every self call, so it is not copied. The
+        // call of f7 passes a0, which may be the copy above the mark: no release there.
+        assert_eq!(
+            release_before_tail_calls(&text, 6, &params, &carriable),
+            format!(
+                "{sig6} {{\n  vl_mark_t vl_entry = vl_mark();\n  for (;;) {{\n  \
+                 if (a1 > 0.0) {{\n    V t1 = f9(a0);\n    double t2 = a1 - 1.0;\n    \
+                 V vl_c4[] = {{t1}};\n    vl_release_carrying(vl_entry, vl_c4, 1);\n    \
+                 {{ V vl_n4_0 = vl_c4[0]; double vl_n4_1 = t2; V vl_n4_2 = a2; a0 = vl_n4_0; \
+                 a1 = vl_n4_1; a2 = vl_n4_2; continue; }}\n  }}\n  return f7(a2, a0);\n  }}\n}}\n"
+            )
+        );
+        // A boxed argument that cannot be copied (a2 is not a pointer-free array): nothing
+        // changes, since the self call might pass on what this step allocated.
+        let text = format!(
+            "{sig6} {{\n  if (a1 > 0.0) {{\n    V t1 = f9(a0);\n    V t3 = f9(a2);\n    \
+             return f6(t1, a1, t3);\n  }}\n  return a0;\n}}\n"
+        );
+        assert_eq!(
+            release_before_tail_calls(&text, 6, &params, &carriable),
+            text
+        );
+        // Without the copy (no pointer-free arrays), the old rule: own parameters only.
+        let text = format!("{sig6} {{\n  V t1 = f9(a0);\n  return f6(t1, a1, a2);\n}}\n");
+        assert_eq!(
+            release_before_tail_calls(&text, 6, &params, &HashMap::new()),
+            text
+        );
     }
 
     #[test]

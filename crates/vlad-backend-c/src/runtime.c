@@ -85,6 +85,46 @@ static V vl_flat(long n, unsigned k) {
   o->s[0].b = n;
   return o;
 }
+/* The bytes of flat array x, as vl_flat allocated them. */
+static inline size_t vl_flat_bytes(V x) {
+  return sizeof(struct vl_obj) + (1 + (size_t)x->s[0].b * x->aux) * sizeof(vl_slot);
+}
+/* Releases the arena to mark m but keeps the n flat arrays xs[0..n), whose elements hold no
+   pointers: they are copied down to the mark and xs is updated. A loop that carries arrays it
+   built from one iteration to the next (a tail call, an ifold step) calls this at the end of
+   each iteration, so what the iteration allocated is reclaimed and the carried arrays take the
+   place of the previous iteration's: it runs in constant memory. Copying is safe because flat
+   arrays are immutable and nothing can tell a copy from the original. One array moves in
+   place: releasing and allocating write no memory, and memmove copies overlapping ranges.
+   Several are staged through the heap, since moving one could overwrite another. */
+static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
+  if (n == 1) {
+    size_t size = vl_flat_bytes(xs[0]);
+    vl_release(m);
+    V d = vl_alloc(size);
+    memmove(d, xs[0], size);
+    xs[0] = d;
+    return;
+  }
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += vl_flat_bytes(xs[i]);
+  char *stage = malloc(total ? total : 1), *p = stage;
+  if (!stage) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  for (int i = 0; i < n; i++) {
+    size_t size = vl_flat_bytes(xs[i]);
+    memcpy(p, xs[i], size);
+    p += size;
+  }
+  vl_release(m);
+  p = stage;
+  for (int i = 0; i < n; i++) {
+    size_t size = vl_flat_bytes((V)p);
+    xs[i] = vl_alloc(size);
+    memcpy(xs[i], p, size);
+    p += size;
+  }
+  free(stage);
+}
 static V vl_boxed_array(long n) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n) * sizeof(vl_slot));
   o->kind = VL_ARRAY;
@@ -563,6 +603,12 @@ int main(void) {
   if (!ok) vl_program();
   else pthread_join(t, 0);
   fflush(stdout);
+  /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed). */
+  if (getenv("VLAD_ARENA_STATS")) {
+    size_t bytes = 0;
+    for (size_t i = 0; i < vl_nchunks; i++) bytes += vl_chunks[i].size;
+    fprintf(stderr, "vlad: arena: %zu chunks, %zu bytes\n", vl_nchunks, bytes);
+  }
   return 0;
 }
 #endif

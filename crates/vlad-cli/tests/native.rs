@@ -276,6 +276,87 @@ fn second_run_uses_the_cache() {
     assert_eq!(entries(), first, "the same executable, not written again");
 }
 
+/// `vlad ARGS` with `input` on standard input and `VLAD_ARENA_STATS` set.
+fn vlad_with_input(root: &Path, cache: &Path, args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(args)
+        .current_dir(root)
+        .env("VLAD_CACHE_DIR", cache)
+        .env("VLAD_ARENA_STATS", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vlad");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    child.wait_with_output().expect("wait for vlad")
+}
+
+/// Loops that carry arrays they build from one step to the next (a tail-recursive loop, an
+/// `ifold`; one array or two) copy them down to the loop's arena mark at each step, so they
+/// run in constant memory: 20,000 steps over 1,000 reals would otherwise hold 160 MB of
+/// arrays (10 of the arena's 16 MB chunks), and print what the evaluator prints.
+#[test]
+fn loops_carrying_arrays_run_in_constant_memory() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let lib = root.join("lib/array");
+    let file = program(
+        &dir,
+        "carry.vlad",
+        &format!(
+            "(include \"{}\")\n\
+             (define h 0.001)\n\
+             (define (step x) (build (array-length x) (lambda (i) (+ (get x i) (* h (sin (get x i)))))))\n\
+             (define (sum x) (ifold (lambda (acc i) (+ acc (get x i))) 0 (array-length x)))\n\
+             (define (run x t) (if (= t 0) x (run (step x) (- t 1))))\n\
+             (define (run2 x v t) (if (= t 0) (vector-sub x v) (run2 (vector-add x v) (step v) (- t 1))))\n\
+             (let* ((n (read-real)) (steps (read-real)) (mode (read-real))\n\
+                    (x (build n (lambda (i) (/ i n)))))\n\
+               (cond ((= mode 0) (sum (run x steps)))\n\
+                     ((= mode 1) (sum (run2 x x steps)))\n\
+                     ((= mode 2) (sum (ifold (lambda (y t) (step y)) x steps)))\n\
+                     (else (let ((r (ifold (lambda (p t) (cons (step (car p)) (car p))) (cons x x) steps)))\n\
+                             (- (sum (car r)) (sum (cdr r)))))))\n",
+            lib.display()
+        ),
+    );
+    for mode in 0..4 {
+        let small = format!("50 7 {mode}\n");
+        let native = vlad_with_input(&root, cache.path(), &["run", &file], &small);
+        let eval = vlad_with_input(&root, cache.path(), &["run", "--interp", &file], &small);
+        let stderr = String::from_utf8_lossy(&native.stderr);
+        assert!(
+            native.status.success() && !stderr.contains("not compiled"),
+            "mode {mode}: {stderr}"
+        );
+        let (n, e) = (
+            String::from_utf8_lossy(&native.stdout),
+            String::from_utf8_lossy(&eval.stdout),
+        );
+        assert!(same_output(&n, &e), "mode {mode}: native {n} evaluator {e}");
+        let big = vlad_with_input(
+            &root,
+            cache.path(),
+            &["run", &file],
+            &format!("1000 20000 {mode}\n"),
+        );
+        let stderr = String::from_utf8_lossy(&big.stderr);
+        assert!(big.status.success(), "mode {mode}: {stderr}");
+        let chunks: usize = stderr
+            .split("vlad: arena: ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("mode {mode}: no arena statistics in {stderr:?}"));
+        assert!(chunks <= 2, "mode {mode}: {chunks} arena chunks: {stderr}");
+    }
+}
+
 /// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
 /// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
 #[test]

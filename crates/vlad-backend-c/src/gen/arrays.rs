@@ -129,6 +129,19 @@ impl Gen<'_, '_> {
         let acc = self.temps(&layout);
         self.store(&acc, out, init)?;
         if *t != Target::Unreachable {
+            // An accumulator whose boxed leaves are all pointer-free flat arrays is carried
+            // from one step to the next by copying (`vl_release_carrying`): each step's other
+            // allocations are reclaimed, so the loop runs in constant memory.
+            let carriable = self.carriable_leaves(out)?;
+            let carried: Vec<usize> = (0..layout.len())
+                .filter(|&j| layout[j] == Leaf::V)
+                .collect();
+            let carry = !carried.is_empty() && carried.iter().all(|&j| carriable[j]);
+            let mark = carry.then(|| {
+                let m = self.fresh("m");
+                self.line(format!("vl_mark_t {m} = vl_mark();"));
+                m
+            });
             let len = self.fresh("n");
             self.line(format!("long {len} = (long){nx};"));
             let i = self.open_loop(&len);
@@ -140,6 +153,15 @@ impl Gen<'_, '_> {
             };
             let r = self.apply(t, f, arg, out, site)?;
             self.store(&acc, out, r)?;
+            if let Some(m) = mark {
+                let c = self.fresh("c");
+                let items: Vec<&str> = carried.iter().map(|&j| acc[j].as_str()).collect();
+                self.line(format!("V {c}[] = {{{}}};", items.join(", ")));
+                self.line(format!("vl_release_carrying({m}, {c}, {});", carried.len()));
+                for (n, &j) in carried.iter().enumerate() {
+                    self.line(format!("{} = {c}[{n}];", acc[j]));
+                }
+            }
             self.close_loop();
         }
         Ok(Val {
