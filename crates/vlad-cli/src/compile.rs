@@ -45,6 +45,7 @@ pub fn compile(
         None => "?".to_string(),
     };
     let mut analysis = Analysis::new(&mut ev);
+    analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
     let mut results = Vec::new();
     for te in &exprs {
         let core = match &te.core {
@@ -60,8 +61,21 @@ pub fn compile(
                 if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
                     eprint!("{}", analysis.show(&place));
                 }
+                // An error in built-in code (the time limit, say) is placed at the top-level
+                // expression whose analysis it stopped.
+                let span = if sources.location(e.span).is_some() {
+                    e.span
+                } else {
+                    te.span
+                };
                 return report(
-                    &Diagnostic::new(e.span, format!("cannot compile: {}", e.message)),
+                    &Diagnostic::new(
+                        span,
+                        format!(
+                            "cannot compile: {}",
+                            crate::native::analysis_message(&e.message)
+                        ),
+                    ),
                     &sources,
                 );
             }
@@ -84,7 +98,13 @@ pub fn compile(
                 Ok(p) => p,
                 Err(e) => {
                     return report(
-                        &Diagnostic::new(e.span, format!("cannot compile: {}", e.message)),
+                        &Diagnostic::new(
+                            e.span,
+                            format!(
+                                "cannot compile: {}",
+                                crate::native::analysis_message(&e.message)
+                            ),
+                        ),
                         &sources,
                     )
                 }

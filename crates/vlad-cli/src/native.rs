@@ -46,27 +46,50 @@ pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<CProgram, Failure>
             // The evaluator runs the expressions before this one, then reports it.
             Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
         };
-        let k = analysis
-            .analyse(core)
-            .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
+        let k = analysis.analyse(core).map_err(|e| {
+            // An error in built-in code (the time limit, say): at the top-level expression.
+            let span = if sources.location(e.span).is_some() {
+                e.span
+            } else {
+                te.span
+            };
+            Failure::Unsupported(format!("{}: {}", place(span), analysis_message(&e.message)))
+        })?;
         entries.push(k);
     }
-    let program = analysis
-        .specialise(&entries)
-        .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
+    let program = analysis.specialise(&entries).map_err(|e| {
+        Failure::Unsupported(format!(
+            "{}: {}",
+            place(e.span),
+            analysis_message(&e.message)
+        ))
+    })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
     vlad_backend_c::generate(&mut analysis, &program, &render)
         .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
 }
 
-/// How long the flow analysis may take before the program runs in the evaluator instead:
-/// `VLAD_ANALYSIS_TIMEOUT_SECS`, default 20 s (every example needs well under 1 s).
-fn analysis_time_limit() -> std::time::Duration {
+/// How long the flow analysis may take (`vlad run` then runs the program in the evaluator;
+/// `vlad compile` reports it): `VLAD_ANALYSIS_TIMEOUT_SECS`, default 20 s (every example needs
+/// well under 1 s).
+pub(crate) fn analysis_time_limit() -> std::time::Duration {
     let secs = std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     std::time::Duration::from_secs(secs)
+}
+
+/// An analysis error message, with how to raise the time limit where that was the cause.
+pub(crate) fn analysis_message(message: &str) -> String {
+    if message.contains("ran out of time") {
+        format!(
+            "{message}, after {} s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)",
+            analysis_time_limit().as_secs()
+        )
+    } else {
+        message.to_string()
+    }
 }
 
 /// The text before and after the message of an error at `span`, as the evaluator's

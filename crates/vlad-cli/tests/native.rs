@@ -357,6 +357,34 @@ fn loops_carrying_arrays_run_in_constant_memory() {
     }
 }
 
+/// `vlad compile --emit flow` and `--emit ir` stop at the analysis time limit, as `vlad run`
+/// does, with the position and how to raise the limit (tests/array/property.vlad's analysis
+/// does not finish: issue 6).
+#[test]
+fn emitting_the_analysis_stops_at_its_time_limit() {
+    let root = repo_root();
+    for emit in ["flow", "ir"] {
+        let start = std::time::Instant::now();
+        let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(["compile", "tests/array/property.vlad", "--emit", emit])
+            .current_dir(&root)
+            .env("VLAD_ANALYSIS_TIMEOUT_SECS", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vlad");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "--emit {emit}: {stderr}");
+        assert!(
+            stderr.contains("tests/array/property.vlad:")
+                && stderr.contains("ran out of time")
+                && stderr.contains("after 1 s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)"),
+            "--emit {emit}: {stderr}"
+        );
+        // A generous bound: the limit is 1 s, and without it the analysis runs for minutes.
+        assert!(start.elapsed() < std::time::Duration::from_secs(60));
+    }
+}
+
 /// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
 /// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
 #[test]
