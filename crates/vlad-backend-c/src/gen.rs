@@ -1697,9 +1697,16 @@ impl Gen<'_, '_> {
                 }
                 return Ok(t);
             }
+            // The evaluator keeps a lazy zero lazy: boxed, it is flagged as one (`vl_as_zero`)
+            // so that `plus` returns the other operand, as the evaluator's does. A zero the
+            // runtime computed (`vl_zero_sens`) is flagged already.
             Av::Zero(_) => {
                 let forced = self.force(v.clone())?;
-                return self.boxed_val(&forced);
+                let b = self.boxed_val(&forced)?;
+                if matches!(forced.av, Av::Dyn(_)) {
+                    return Ok(b);
+                }
+                return Ok(self.runtime_v(format!("vl_as_zero({b})")));
             }
             Av::Array(t, e) if t.is_empty() => return self.box_array(&v.leaves[0], e),
             Av::Array(..) => return self.unsupported("boxing an array with AD tags"),

@@ -10,7 +10,8 @@ typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
 enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
 enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED, VL_ARRAY, VL_FLAT };
-struct vl_obj { int kind; unsigned aux; vl_slot s[]; };
+/* `zero` marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero). */
+struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[]; };
 
 /* ---- the arena: boxed values live in chunks allocated in order. Values are immutable and
    a call can hand on what it allocated only through its result, so after a call whose result
@@ -61,13 +62,14 @@ static inline void *vl_alloc(size_t n) {
 static inline vl_mark_t vl_mark(void) { vl_mark_t m = {vl_cur, vl_chunk, vl_left}; return m; }
 static inline void vl_release(vl_mark_t m) { vl_cur = m.cur; vl_chunk = m.chunk; vl_left = m.left; }
 
-static struct vl_obj vl_nil_obj = {VL_NIL, 0};
-static struct { int kind; unsigned aux; vl_slot s[1]; } vl_true_obj = {VL_BOOL, 0, {{.b = 1}}},
-    vl_false_obj = {VL_BOOL, 0, {{.b = 0}}};
+static struct vl_obj vl_nil_obj = {VL_NIL, 0, 0};
+static struct { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[1]; }
+    vl_true_obj = {VL_BOOL, 0, 0, {{.b = 1}}}, vl_false_obj = {VL_BOOL, 0, 0, {{.b = 0}}};
 #define vl_nil (&vl_nil_obj)
 static V vl_obj(int kind, unsigned aux, int n) {
   V o = vl_alloc(sizeof(struct vl_obj) + n * sizeof(vl_slot));
   o->kind = kind;
+  o->zero = 0;
   o->aux = aux;
   return o;
 }
@@ -81,6 +83,7 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
 static V vl_flat(long n, unsigned k) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
+  o->zero = 0;
   o->aux = k;
   o->s[0].b = n;
   return o;
@@ -128,6 +131,7 @@ static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
 static V vl_boxed_array(long n) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n) * sizeof(vl_slot));
   o->kind = VL_ARRAY;
+  o->zero = 0;
   o->aux = 0;
   o->s[0].b = n;
   return o;
@@ -488,7 +492,32 @@ static V vl_ad_bundle(V p, V t) {
   return p;
 }
 VL_SHARED const char *vl_code_slots[];
+/* v, a zero sensitivity computed one level (vl_zero_sens, or a lazy zero the compiled code
+   boxes), as the lazy zero it stands for: a fresh copy of its top object, flagged `zero`, so
+   that vl_ad_plus returns the other operand as it is, without a walk or an allocation. The
+   evaluator's plus does exactly this with its lazy zeros (no arithmetic, so no -0.0 + 0.0,
+   and no shape check), so the results are the same. Shared objects (constants, nil) are
+   never flagged: they are copied first, or returned as they are. */
+static V vl_as_zero(V v) {
+  int n;
+  switch (v->kind) {
+  case VL_REAL: case VL_TAGGED: n = 1; break;
+  case VL_PAIR: case VL_BUNDLE: n = 2; break;
+  case VL_CLOSURE:
+    if (!vl_code_slots[v->aux]) return v;
+    n = (int)strlen(vl_code_slots[v->aux]);
+    break;
+  default: return v;
+  }
+  V o = vl_obj(v->kind, v->aux, n);
+  memcpy(o->s, v->s, (size_t)n * sizeof(vl_slot));
+  o->zero = 1;
+  return o;
+}
 static V vl_ad_plus(V a, V b) {
+  /* A lazy zero is the identity of plus, as in the evaluator: what keeps reverse mode linear. */
+  if (a->zero) return b;
+  if (b->zero) return a;
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
     /* Closures of one code: their environments added slot by slot. */
     const char *k = vl_code_slots[a->aux];
@@ -554,7 +583,9 @@ static int vl_equal_data(V a, V b) {
 }
 /* The zero sensitivity of a reverse value, computed in full (the evaluator's lazy zero,
    forced all the way down): closures by their generated maps (map 14). */
-static V vl_zero_sens(V of) {
+static V vl_zero_sens1(V of);
+static V vl_zero_sens(V of) { return vl_as_zero(vl_zero_sens1(of)); }
+static V vl_zero_sens1(V of) {
   if (of->kind == VL_CLOSURE) return vl_map_closure(14, of);
   if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
     return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),

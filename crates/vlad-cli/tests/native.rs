@@ -385,6 +385,46 @@ fn emitting_the_analysis_stops_at_its_time_limit() {
     }
 }
 
+/// A lazy zero sensitivity is the identity of `plus` in the evaluator (no arithmetic), so a
+/// sensitivity of -0 added to one stays -0. Compiled code must print the same sign, which
+/// `same_output` would not notice: here the texts must be equal. The loop's boxed
+/// sensitivities used to be added to a computed +0 (printing 0).
+#[test]
+fn signed_zero_sensitivities_match_the_evaluator() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "negative-zero.vlad",
+        &format!(
+            "(include \"{}\")\n\
+             (define c (* -1 0))\n\
+             ((derivative-R (lambda (x) (* x c))) (real 1))\n\
+             ((gradient-R (lambda (p) (* (car p) c))) (cons (real 1) (real 2)))\n\
+             ((derivative-R (lambda (x) (let ((g (lambda (y) (* x c)))) (g 1)))) (real 1))\n\
+             ((derivative-R (lambda (x) (let loop ((i 0) (acc 0))\n\
+               (if (< i (real 3)) (loop (+ i 1) (+ acc (* x c))) acc)))) (real 1))\n\
+             ((gradient-R (lambda (l) (let loop ((l l) (acc 0))\n\
+               (if (null? l) acc (loop (cdr l) (+ acc (* (car l) c)))))))\n\
+              (list (real 1) (real 2)))\n",
+            root.join("lib/ad").display()
+        ),
+    );
+    let native = vlad(&root, cache.path(), &["run", &file]);
+    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(native.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        String::from_utf8_lossy(&eval.stdout)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&eval.stdout),
+        "-0\n(-0 . 0)\n-0\n-0\n(-0 -0)\n"
+    );
+}
+
 /// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
 /// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
 #[test]
