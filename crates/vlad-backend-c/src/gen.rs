@@ -2574,8 +2574,15 @@ impl Gen<'_, '_> {
             (Av::Array(..), _) | (_, Av::Array(..)) => {
                 return self.unsupported("`bundle` of arrays")
             }
-            // Scalars: the primal's leaves, then the perturbation's.
+            // Scalars: the primal's leaves, then the perturbation's. Where a part of either is
+            // boxed, the analysis could not tell whether their shapes agree: the runtime's
+            // `bundle` of the boxed values checks it (the evaluator's error), its result unused.
             _ => {
+                if has_boxed_part(&p.av) || has_boxed_part(&t.av) {
+                    let (x, y) = (self.boxed_val(p)?, self.boxed_val(t)?);
+                    self.map_kinds.insert(MapKind::Bundle);
+                    self.line(format!("(void)vl_ad_bundle({x}, {y});"));
+                }
                 let mut out = p.leaves.clone();
                 out.extend(t.leaves.iter().cloned());
                 out
@@ -2700,6 +2707,16 @@ fn is_simple(e: &str) -> bool {
     e.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
         || e.starts_with('(') && e.ends_with(')') && e[1..e.len() - 1].parse::<f64>().is_ok()
+}
+
+/// Whether a scalar-like value (a bundle or tagged value) has a boxed part.
+fn has_boxed_part(av: &Av) -> bool {
+    match av {
+        Av::Dyn(_) => true,
+        Av::Bundle(a, b) => has_boxed_part(a) || has_boxed_part(b),
+        Av::Tagged(_, x) => has_boxed_part(x),
+        _ => false,
+    }
 }
 
 /// A lazy zero of this value is known at compile time (it has no arrays, boxed parts or

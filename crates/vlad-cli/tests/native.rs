@@ -425,6 +425,34 @@ fn signed_zero_sensitivities_match_the_evaluator() {
     );
 }
 
+/// Found by the random programs: forward mode over reverse mode over forward mode, where a
+/// loop with an unknown trip count makes the inner values boxed. The analysis took a `bundle`
+/// of forward values with boxed parts for an error (it could not tell their shapes agree), so
+/// the compiled program stopped with an internal error where the evaluator prints 0.
+#[test]
+fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "nested.vlad",
+        &format!(
+            "(include \"{}\")\n\
+             ((derivative-F (lambda (x1) ((derivative-R (lambda (x2) ((derivative-F (lambda (x3)\n\
+               (let loop ((i 0) (acc (real 1.5))) (if (< i (real 0)) (loop (+ i 1) 1) acc))))\n\
+               x2))) 1))) 2)\n",
+            root.join("lib/ad").display()
+        ),
+    );
+    let native = vlad(&root, cache.path(), &["run", &file]);
+    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(native.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(native.stdout, eval.stdout);
+    assert_eq!(String::from_utf8_lossy(&eval.stdout), "0\n");
+}
+
 /// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
 /// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
 #[test]

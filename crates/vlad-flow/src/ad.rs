@@ -922,9 +922,11 @@ impl Analysis<'_> {
     }
 }
 
-/// Can `t` (untagged) be the tangent of the scalar `p`?
+/// Can `t` (untagged) be the tangent of the scalar `p`? A boxed part may be anything, so it
+/// can (the compiled code checks it at run time, as the evaluator does).
 fn same_scalar_shape(p: &Av, t: &Av) -> bool {
     match (p, t) {
+        (Av::Dyn(_), _) | (_, Av::Dyn(_)) => true,
         (Av::Real(_), Av::Real(_)) | (Av::Nil, Av::Nil) => true,
         (Av::Bool(x), Av::Bool(y)) => match (x, y) {
             (Some(x), Some(y)) => x == y,

@@ -298,18 +298,26 @@ impl<'a> Analysis<'a> {
             let outer = self.reading.replace(k);
             let r = self.eval_key(k);
             self.reading = outer;
-            let new = self.results[k].join(&r?, &mut self.boxes);
-            let new = new.bounded(&mut self.boxes);
-            if new != self.results[k] {
-                self.results[k] = new;
-                let readers: Vec<usize> = self.readers[k].iter().copied().collect();
-                for j in readers {
-                    self.enqueue(j);
-                }
-            }
+            self.grow_result(k, &r?);
             self.classes_grown();
         }
         Ok(())
+    }
+
+    /// Joins `r` into the result of key `k`; where that grows it, the keys that read it are
+    /// queued again. Whether it grew.
+    pub(crate) fn grow_result(&mut self, k: usize, r: &Av) -> bool {
+        let new = self.results[k].join(r, &mut self.boxes);
+        let new = new.bounded(&mut self.boxes);
+        if new == self.results[k] {
+            return false;
+        }
+        self.results[k] = new;
+        let readers: Vec<usize> = self.readers[k].iter().copied().collect();
+        for j in readers {
+            self.enqueue(j);
+        }
+        true
     }
 
     /// Queues again the keys that looked inside a class of boxed procedures, or at the

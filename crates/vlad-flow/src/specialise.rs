@@ -18,6 +18,10 @@ pub type Targets = HashMap<(usize, ExprId), Target>;
 /// body reaches with different values (a shared subexpression) has them all.
 pub type Values = HashMap<(usize, ExprId), Vec<Av>>;
 
+/// What a walk of the reachable bodies found: which keys are reachable, the targets and
+/// values of their nodes, and whether a body gave more than its key's result.
+type Walk = (Vec<bool>, Targets, Values, bool);
+
 /// One specialised function.
 #[derive(Clone, Debug)]
 pub struct Fun {
@@ -59,8 +63,10 @@ impl Program {
 }
 
 impl Analysis<'_> {
-    /// The reachable keys from `entries` and the targets of their call sites.
-    fn walk(&mut self, entries: &[usize]) -> Result<(Vec<bool>, Targets, Values), FlowError> {
+    /// The reachable keys from `entries` and the targets of their call sites, and whether a
+    /// walked body gave more than its key's result (see `specialise`).
+    fn walk(&mut self, entries: &[usize]) -> Result<Walk, FlowError> {
+        let mut grown = false;
         let mut reachable = vec![false; self.keys.len()];
         let mut work: Vec<usize> = entries.to_vec();
         let mut targets: Targets = HashMap::new();
@@ -78,7 +84,7 @@ impl Analysis<'_> {
             let r = self.eval_key(k);
             let (_, table) = self.recording.take().expect("recording");
             let vals = self.recorded_values.take().expect("recording");
-            r?;
+            grown |= self.grow_result(k, &r?);
             values.extend(vals.into_iter().map(|(e, v)| ((k, e), v)));
             for (site, mut ts) in table {
                 let t = ts.pop().unwrap_or(Target::Unreachable);
@@ -93,7 +99,7 @@ impl Analysis<'_> {
             }
         }
         reachable.resize(self.keys.len(), false);
-        Ok((reachable, targets, values))
+        Ok((reachable, targets, values, grown))
     }
 
     /// Specialises the analysed program, starting from the keys of its top-level expressions.
@@ -105,12 +111,17 @@ impl Analysis<'_> {
         // evaluated that body), analyse again and walk again. Keys only accumulate and results
         // only grow, so this ends. The same if a walk grows a class of boxed procedures or a
         // summary of their environments (dispatches read them).
+        // And if a walk finds that a body gives more than its key's result: a call in it now
+        // goes to a key widened after the body was last evaluated (one for every argument
+        // of a code with too many keys), whose result is wider than the one the analysis
+        // read; nothing told the analysis, since no result it read had changed. The result
+        // grows, and whatever read it is analysed again.
         let (reachable, targets, values) = loop {
             let known = (self.keys.len(), self.generation);
-            let walked = self.walk(entries)?;
+            let (reachable, targets, values, grown) = self.walk(entries)?;
             self.classes_grown();
-            if (self.keys.len(), self.generation) == known {
-                break walked;
+            if (self.keys.len(), self.generation) == known && !grown {
+                break (reachable, targets, values);
             }
             // Everything again: the walked bodies read the new keys' results too.
             for k in 0..self.keys.len() {
