@@ -453,6 +453,99 @@ fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
     assert_eq!(String::from_utf8_lossy(&eval.stdout), "0\n");
 }
 
+/// Random programs (`vlad-random`: the grammar of the flow analysis's differential test, with
+/// closures, pairs, conditionals, loops, recursion, `real`, and nested forward and reverse
+/// derivatives) compiled to native code print what the evaluator prints. They are grouped
+/// into files of `PER_FILE` top-level expressions, one value printed per line, so that each
+/// file is compiled once. `VLAD_RANDOM_FILES` and `VLAD_RANDOM_SEED` change how many files
+/// and which programs, for longer runs by hand.
+#[test]
+fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
+    const PER_FILE: usize = 100;
+    let setting = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let files = setting("VLAD_RANDOM_FILES", 10) as usize;
+    let root = repo_root();
+    let lib = root.join("lib");
+    let lib = lib.to_str().expect("a UTF-8 path");
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
+    let mut rng = vlad_random::Rng(seed);
+    let (mut reverse, mut failures) = (0, Vec::new());
+    for n in 0..files {
+        let mut exprs = Vec::new();
+        for _ in 0..PER_FILE {
+            let p = vlad_random::program(&mut rng, 4);
+            let e = p
+                .strip_prefix("(include \"ad\")\n")
+                .expect("the library first");
+            reverse += usize::from(e.contains("derivative-R"));
+            exprs.push(e.to_string());
+        }
+        let file = program(
+            &dir,
+            &format!("random{n}.vlad"),
+            &format!("(include \"ad\")\n{}", exprs.concat()),
+        );
+        let native = vlad(&root, cache.path(), &["run", "-I", lib, &file]);
+        let eval = vlad(&root, cache.path(), &["run", "--interp", "-I", lib, &file]);
+        let (nout, nerr) = (
+            String::from_utf8_lossy(&native.stdout),
+            String::from_utf8_lossy(&native.stderr),
+        );
+        let (eout, eerr) = (
+            String::from_utf8_lossy(&eval.stdout),
+            String::from_utf8_lossy(&eval.stderr),
+        );
+        assert_eq!(
+            eout.lines().count(),
+            PER_FILE,
+            "random{n}.vlad: every expression gives a value in the evaluator: {eerr}"
+        );
+        let before = failures.len();
+        if nerr.contains("not compiled") {
+            failures.push(format!("random{n}.vlad: {nerr}"));
+        }
+        for (i, (a, b)) in nout.lines().zip(eout.lines()).enumerate() {
+            if !same_output(a, b) {
+                failures.push(format!(
+                    "random{n}.vlad, expression {i}:\n{}native:    {a}\nevaluator: {b}",
+                    exprs[i]
+                ));
+            }
+        }
+        if nout.lines().count() != PER_FILE
+            || nerr != eerr
+            || native.status.code() != eval.status.code()
+        {
+            failures.push(format!(
+                "random{n}.vlad: native printed {} lines ({}), the evaluator {PER_FILE}\n{nerr}",
+                nout.lines().count(),
+                native.status
+            ));
+        }
+        if failures.len() > before {
+            // Kept for debugging: the scratch directory goes away with the test.
+            let keep = std::env::temp_dir().join("vlad-random-failures");
+            let kept = keep.join(format!("random{n}-{seed}.vlad"));
+            if std::fs::create_dir_all(&keep).is_ok() && std::fs::copy(&file, &kept).is_ok() {
+                failures.push(format!("(kept as {})", kept.display()));
+            }
+        }
+    }
+    // Not vacuous: many of the programs differentiate in reverse mode.
+    assert!(
+        reverse >= files * PER_FILE / 5,
+        "only {reverse} use reverse mode"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A reader that stops early (`vlad ... | head -1`) ends the output, not in a panic or an error
 /// status: for the native program `vlad run` starts, and for `vlad compile --emit` output.
 #[test]

@@ -1,0 +1,147 @@
+//! Random VLAD programs from a seeded grammar, for differential tests of the faster paths
+//! (the specialised program, native code) against the evaluator, the oracle: real-valued
+//! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
+//! non-tail recursion, `real`, and forward and reverse derivatives (nested). The grammar keeps
+//! domains safe and trip counts small, so that most programs run without error and quickly.
+
+/// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
+/// with the library directory on the include path).
+pub fn program(rng: &mut Rng, depth: u32) -> String {
+    let mut fresh = 0;
+    let e = real(rng, &mut Vec::new(), depth, &mut fresh);
+    format!("(include \"ad\")\n{e}\n")
+}
+
+/// xorshift64*: tiny, deterministic.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// A random real-valued expression over the real variables `vars`, `depth` levels deep.
+pub fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut u32) -> String {
+    let leaf = depth == 0 || rng.below(5) == 0;
+    if leaf {
+        return match rng.below(3) {
+            0 if !vars.is_empty() => vars[rng.below(vars.len())].clone(),
+            1 => format!("(real {})", rng.below(7) as f64 / 2.0 - 1.0),
+            _ => format!("{}", rng.below(9) as f64 / 4.0 - 0.5),
+        };
+    }
+    let d = depth - 1;
+    match rng.below(14) {
+        0 | 1 => {
+            let op = ["+", "-", "*"][rng.below(3)];
+            let a = real(rng, vars, d, fresh);
+            let b = real(rng, vars, d, fresh);
+            format!("({op} {a} {b})")
+        }
+        2 => {
+            let op = ["sin", "cos", "exp"][rng.below(3)];
+            let a = real(rng, vars, d, fresh);
+            format!("({op} (* 0.1 {a}))")
+        }
+        3 => {
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            let (x, y) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            format!("(if (< {a} {b}) {x} {y})")
+        }
+        4 => {
+            let x = name("x", fresh);
+            let e = real(rng, vars, d, fresh);
+            vars.push(x.clone());
+            let body = real(rng, vars, d, fresh);
+            vars.pop();
+            format!("(let (({x} {e})) {body})")
+        }
+        5 => {
+            // A closure bound, then called (possibly twice: two arguments, one code).
+            let (f, y) = (name("f", fresh), name("y", fresh));
+            vars.push(y.clone());
+            let body = real(rng, vars, d, fresh);
+            vars.pop();
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            format!("(let (({f} (lambda ({y}) {body}))) (+ ({f} {a}) ({f} {b})))")
+        }
+        6 => {
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            let (p, q) = (name("p", fresh), name("q", fresh));
+            vars.push(p.clone());
+            vars.push(q.clone());
+            let body = real(rng, vars, d, fresh);
+            vars.pop();
+            vars.pop();
+            format!("(let (((cons {p} {q}) (cons {a} {b}))) {body})")
+        }
+        7 => {
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            format!("({} (cons {a} {b}))", ["car", "cdr"][rng.below(2)])
+        }
+        8 | 9 => {
+            // A loop: a known or unknown trip count, an accumulator updated by the body.
+            let (lp, i, acc) = (name("loop", fresh), name("i", fresh), name("acc", fresh));
+            let n = if rng.below(2) == 0 {
+                format!("{}", rng.below(5))
+            } else {
+                format!("(real {})", rng.below(5))
+            };
+            let init = real(rng, vars, d, fresh);
+            vars.push(acc.clone());
+            vars.push(i.clone());
+            let step = real(rng, vars, d, fresh);
+            vars.pop();
+            vars.pop();
+            format!(
+                "(let {lp} (({i} 0) ({acc} {init})) (if (< {i} {n}) ({lp} (+ {i} 1) (* 0.5 {step})) {acc}))"
+            )
+        }
+        10 => {
+            // Non-tail recursion through a named procedure.
+            let (r, k) = (name("r", fresh), name("k", fresh));
+            let base = real(rng, vars, d, fresh);
+            vars.push(k.clone());
+            let step = real(rng, vars, d, fresh);
+            vars.pop();
+            format!(
+                "(letrec (({r} (lambda ({k}) (if (< {k} 1) {base} (+ (* 0.5 {step}) ({r} (- {k} 1))))))) ({r} {}))",
+                rng.below(4)
+            )
+        }
+        11 | 12 => {
+            let mode = ["derivative-F", "derivative-R"][rng.below(2)];
+            let x = name("x", fresh);
+            vars.push(x.clone());
+            let body = real(rng, vars, d, fresh);
+            vars.pop();
+            let at = real(rng, vars, d, fresh);
+            format!("(({mode} (lambda ({x}) {body})) {at})")
+        }
+        _ => {
+            // A closure returned by a procedure and called later.
+            let (mk, a, y) = (name("mk", fresh), name("a", fresh), name("y", fresh));
+            vars.push(a.clone());
+            vars.push(y.clone());
+            let body = real(rng, vars, d, fresh);
+            vars.pop();
+            vars.pop();
+            let (c, e) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            format!("(let (({mk} (lambda ({a}) (lambda ({y}) {body})))) (({mk} {c}) {e}))")
+        }
+    }
+}
+
+/// A fresh variable name.
+fn name(prefix: &str, fresh: &mut u32) -> String {
+    *fresh += 1;
+    format!("{prefix}{fresh}")
+}
