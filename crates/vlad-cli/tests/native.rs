@@ -454,8 +454,9 @@ fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
 }
 
 /// Random programs (`vlad-random`: the grammar of the flow analysis's differential test, with
-/// closures, pairs, conditionals, loops, recursion, `real`, and nested forward and reverse
-/// derivatives) compiled to native code print what the evaluator prints. They are grouped
+/// closures, pairs, conditionals, loops, recursion, `real`, nested forward and reverse
+/// derivatives, and arrays outside derivatives) compiled to native code print what the
+/// evaluator prints. They are grouped
 /// into files of `PER_FILE` top-level expressions, one value printed per line, so that each
 /// file is compiled once. `VLAD_RANDOM_FILES` and `VLAD_RANDOM_SEED` change how many files
 /// and which programs, for longer runs by hand.
@@ -476,15 +477,16 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     let dir = tempfile::tempdir().expect("a scratch directory");
     let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
     let mut rng = vlad_random::Rng(seed);
-    let (mut reverse, mut failures) = (0, Vec::new());
+    let (mut reverse, mut arrays, mut failures) = (0, 0, Vec::new());
     for n in 0..files {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
-            let p = vlad_random::program(&mut rng, 4);
+            let p = vlad_random::expression(&mut rng, 4, true);
             let e = p
                 .strip_prefix("(include \"ad\")\n")
                 .expect("the library first");
             reverse += usize::from(e.contains("derivative-R"));
+            arrays += usize::from(e.contains("(build") || e.contains("(ifold"));
             exprs.push(e.to_string());
         }
         let file = program(
@@ -538,11 +540,16 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
             }
         }
     }
-    // Not vacuous: many of the programs differentiate in reverse mode.
+    // Not vacuous: many of the programs differentiate in reverse mode, many use arrays.
+    eprintln!(
+        "{} random programs: {reverse} use reverse mode, {arrays} arrays",
+        files * PER_FILE
+    );
     assert!(
         reverse >= files * PER_FILE / 5,
         "only {reverse} use reverse mode"
     );
+    assert!(arrays >= files * PER_FILE / 5, "only {arrays} use arrays");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

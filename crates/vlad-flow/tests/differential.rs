@@ -8,7 +8,7 @@ use std::path::Path;
 use vlad_core::Arena;
 use vlad_eval::io::{Input, Output};
 use vlad_eval::Evaluator;
-use vlad_random::{program, Rng};
+use vlad_random::{expression, Rng};
 use vlad_syntax::program::{build, load_str};
 use vlad_syntax::SourceMap;
 
@@ -75,7 +75,7 @@ fn random_programs_agree_with_the_evaluator() {
             let mut failures = Vec::new();
             let (mut values, mut reverse) = (0, 0);
             for case in 0..CASES {
-                let text = program(&mut rng, 4);
+                let text = expression(&mut rng, 4, true);
                 reverse += usize::from(text.contains("derivative-R"));
                 match run_case(&text) {
                     Ok(v) => values += usize::from(v),

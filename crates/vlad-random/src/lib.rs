@@ -1,15 +1,30 @@
 //! Random VLAD programs from a seeded grammar, for differential tests of the faster paths
 //! (the specialised program, native code) against the evaluator, the oracle: real-valued
 //! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
-//! non-tail recursion, `real`, and forward and reverse derivatives (nested). The grammar keeps
+//! non-tail recursion, `real`, forward and reverse derivatives (nested) and, on request,
+//! arrays. The grammar keeps
 //! domains safe and trip counts small, so that most programs run without error and quickly.
 
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
 /// with the library directory on the include path).
 pub fn program(rng: &mut Rng, depth: u32) -> String {
-    let mut fresh = 0;
-    let e = real(rng, &mut Vec::new(), depth, &mut fresh);
+    expression(rng, depth, false)
+}
+
+/// The same, and with `arrays`, arrays too (`build`, `get`, `ifold`, `array-length`, and loops
+/// that carry an array from one step to the next), outside derivatives only: arrays with AD
+/// tags are not compiled to native code yet.
+pub fn expression(rng: &mut Rng, depth: u32, arrays: bool) -> String {
+    let mut cx = Cx { fresh: 0, arrays };
+    let e = real(rng, &mut Vec::new(), depth, &mut cx);
     format!("(include \"ad\")\n{e}\n")
+}
+
+/// What the grammar threads through: the last fresh name's number, and whether array forms
+/// may be generated here.
+pub struct Cx {
+    fresh: u32,
+    arrays: bool,
 }
 
 /// xorshift64*: tiny, deterministic.
@@ -29,7 +44,7 @@ impl Rng {
 }
 
 /// A random real-valued expression over the real variables `vars`, `depth` levels deep.
-pub fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut u32) -> String {
+fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> String {
     let leaf = depth == 0 || rng.below(5) == 0;
     if leaf {
         return match rng.below(3) {
@@ -39,7 +54,8 @@ pub fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut u32) 
         };
     }
     let d = depth - 1;
-    match rng.below(14) {
+    let forms = if fresh.arrays { 18 } else { 14 };
+    match rng.below(forms) {
         0 | 1 => {
             let op = ["+", "-", "*"][rng.below(3)];
             let a = real(rng, vars, d, fresh);
@@ -121,10 +137,58 @@ pub fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut u32) 
             let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             let x = name("x", fresh);
             vars.push(x.clone());
+            let arrays = std::mem::replace(&mut fresh.arrays, false);
             let body = real(rng, vars, d, fresh);
+            fresh.arrays = arrays;
             vars.pop();
             let at = real(rng, vars, d, fresh);
             format!("(({mode} (lambda ({x}) {body})) {at})")
+        }
+        14 => {
+            // An element of an array built from a procedure of the index.
+            let n = 1 + rng.below(4);
+            let (j, e) = index_body(rng, vars, d, fresh);
+            let k = rng.below(n);
+            format!(
+                "(get (build {} (lambda ({j}) {e})) {})",
+                maybe_unknown(rng, n),
+                maybe_unknown(rng, k)
+            )
+        }
+        15 => {
+            // A fold over the indices, the accumulator halved at each step.
+            let (acc, j) = (name("acc", fresh), name("j", fresh));
+            let init = real(rng, vars, d, fresh);
+            vars.push(acc.clone());
+            vars.push(j.clone());
+            let e = real(rng, vars, d, fresh);
+            vars.pop();
+            vars.pop();
+            let n = rng.below(5);
+            let n = maybe_unknown(rng, n);
+            format!("(ifold (lambda ({acc} {j}) (+ (* 0.5 {acc}) {e})) {init} {n})")
+        }
+        16 => {
+            // A loop carrying an array it builds at each step to the next.
+            let (lp, i, v) = (name("loop", fresh), name("i", fresh), name("v", fresh));
+            let (j, init) = index_body(rng, vars, d, fresh);
+            let (j2, e) = index_body(rng, vars, d, fresh);
+            let n = rng.below(4);
+            let n = maybe_unknown(rng, n);
+            let k = rng.below(3);
+            format!(
+                "(let {lp} (({i} 0) ({v} (build 3 (lambda ({j}) {init})))) (if (< {i} {n}) \
+                 ({lp} (+ {i} 1) (build 3 (lambda ({j2}) (+ (* 0.5 (get {v} {j2})) {e})))) \
+                 (get {v} {k})))"
+            )
+        }
+        17 => {
+            // The length of an array times a real.
+            let (j, e) = index_body(rng, vars, d, fresh);
+            let x = real(rng, vars, d, fresh);
+            let n = rng.below(4);
+            let n = maybe_unknown(rng, n);
+            format!("(* (array-length (build {n} (lambda ({j}) {e}))) {x})")
         }
         _ => {
             // A closure returned by a procedure and called later.
@@ -141,7 +205,25 @@ pub fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut u32) 
 }
 
 /// A fresh variable name.
-fn name(prefix: &str, fresh: &mut u32) -> String {
-    *fresh += 1;
-    format!("{prefix}{fresh}")
+fn name(prefix: &str, cx: &mut Cx) -> String {
+    cx.fresh += 1;
+    format!("{prefix}{}", cx.fresh)
+}
+
+/// An index variable and a real expression over it (and `vars`).
+fn index_body(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, cx: &mut Cx) -> (String, String) {
+    let j = name("j", cx);
+    vars.push(j.clone());
+    let e = real(rng, vars, depth, cx);
+    vars.pop();
+    (j, e)
+}
+
+/// The count or index `n`, known at compile time or (half the time) only at run time.
+fn maybe_unknown(rng: &mut Rng, n: usize) -> String {
+    if rng.below(2) == 0 {
+        n.to_string()
+    } else {
+        format!("(real {n})")
+    }
 }
