@@ -481,7 +481,7 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     for n in 0..files {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
-            let p = vlad_random::expression(&mut rng, 4, true);
+            let p = vlad_random::expression(&mut rng, 4, vlad_random::Arrays::OutsideDerivatives);
             let e = p
                 .strip_prefix("(include \"ad\")\n")
                 .expect("the library first");

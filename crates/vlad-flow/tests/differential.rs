@@ -1,14 +1,15 @@
 //! Differential test of the specialised program against the evaluator (the oracle) on random
-//! programs: closures, pairs, conditionals, loops and recursion, `real`, and forward and
-//! reverse derivatives (nested), built from a seeded grammar so that most of them run without
-//! error. Each program is analysed, specialised and run by the executor; its value (printed)
-//! or its error (message and position) must be the evaluator's. 1,000 programs per run.
+//! programs: closures, pairs, conditionals, loops and recursion, `real`, forward and reverse
+//! derivatives (nested), and arrays (inside derivatives too), built from a seeded grammar
+//! (`vlad-random`) so that most of them run without error. Each program is analysed,
+//! specialised and run by the executor; its value (printed) or its error (message and
+//! position) must be the evaluator's. 1,000 programs per run.
 
 use std::path::Path;
 use vlad_core::Arena;
 use vlad_eval::io::{Input, Output};
 use vlad_eval::Evaluator;
-use vlad_random::{expression, Rng};
+use vlad_random::{expression, Arrays, Rng};
 use vlad_syntax::program::{build, load_str};
 use vlad_syntax::SourceMap;
 
@@ -73,21 +74,25 @@ fn random_programs_agree_with_the_evaluator() {
         .spawn(|| {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             let mut failures = Vec::new();
-            let (mut values, mut reverse) = (0, 0);
+            let (mut values, mut reverse, mut arrays) = (0, 0, 0);
             for case in 0..CASES {
-                let text = expression(&mut rng, 4, true);
+                let text = expression(&mut rng, 4, Arrays::Everywhere);
                 reverse += usize::from(text.contains("derivative-R"));
+                arrays += usize::from(text.contains("(build") || text.contains("(ifold"));
                 match run_case(&text) {
                     Ok(v) => values += usize::from(v),
                     Err(why) => failures.push(format!("case {case}:\n{text}{why}\n")),
                 }
             }
-            (failures, values, reverse)
+            (failures, values, reverse, arrays)
         })
         .expect("thread");
-    let (failures, values, reverse) = handle.join().expect("no panic");
-    eprintln!("{CASES} random programs: {values} gave values, {reverse} use reverse mode");
-    // Not vacuous: most programs compute something, and many differentiate in reverse mode.
+    let (failures, values, reverse, arrays) = handle.join().expect("no panic");
+    eprintln!(
+        "{CASES} random programs: {values} gave values, {reverse} use reverse mode, {arrays} arrays"
+    );
+    // Not vacuous: most programs compute something, many differentiate in reverse mode, and
+    // many use arrays (inside derivatives too).
     assert!(
         values >= CASES * 8 / 10,
         "only {values} programs gave values"
@@ -96,6 +101,7 @@ fn random_programs_agree_with_the_evaluator() {
         reverse >= CASES / 5,
         "only {reverse} programs use reverse mode"
     );
+    assert!(arrays >= CASES / 5, "only {arrays} programs use arrays");
     assert!(
         failures.is_empty(),
         "{} of {CASES} random programs differ:\n{}",

@@ -8,23 +8,37 @@
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
 /// with the library directory on the include path).
 pub fn program(rng: &mut Rng, depth: u32) -> String {
-    expression(rng, depth, false)
+    expression(rng, depth, Arrays::None)
 }
 
-/// The same, and with `arrays`, arrays too (`build`, `get`, `ifold`, `array-length`, and loops
-/// that carry an array from one step to the next), outside derivatives only: arrays with AD
-/// tags are not compiled to native code yet.
-pub fn expression(rng: &mut Rng, depth: u32, arrays: bool) -> String {
-    let mut cx = Cx { fresh: 0, arrays };
+/// Where a program may use arrays (`build`, `get`, `ifold`, `array-length`, and loops that
+/// carry an array from one step to the next).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Arrays {
+    None,
+    /// Not inside the procedures a derivative is taken of: arrays with AD tags are not
+    /// compiled to native code yet.
+    OutsideDerivatives,
+    Everywhere,
+}
+
+/// A program as `program`, with arrays where `arrays` says.
+pub fn expression(rng: &mut Rng, depth: u32, arrays: Arrays) -> String {
+    let mut cx = Cx {
+        fresh: 0,
+        arrays: arrays != Arrays::None,
+        in_derivatives: arrays == Arrays::Everywhere,
+    };
     let e = real(rng, &mut Vec::new(), depth, &mut cx);
     format!("(include \"ad\")\n{e}\n")
 }
 
-/// What the grammar threads through: the last fresh name's number, and whether array forms
-/// may be generated here.
-pub struct Cx {
+/// What the grammar threads through: the last fresh name's number, whether array forms may
+/// be generated here, and whether inside derivatives too.
+struct Cx {
     fresh: u32,
     arrays: bool,
+    in_derivatives: bool,
 }
 
 /// xorshift64*: tiny, deterministic.
@@ -137,7 +151,8 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             let x = name("x", fresh);
             vars.push(x.clone());
-            let arrays = std::mem::replace(&mut fresh.arrays, false);
+            let arrays = fresh.arrays;
+            fresh.arrays = arrays && fresh.in_derivatives;
             let body = real(rng, vars, d, fresh);
             fresh.arrays = arrays;
             vars.pop();
