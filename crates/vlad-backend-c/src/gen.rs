@@ -2809,14 +2809,16 @@ mod tests {
         assert!(!holds_boxed("struct r_VV t; // LEAVES V"));
     }
 
+    /// The parameters of generated functions, by number, from their signatures.
+    fn signatures(sigs: &[(usize, &str)]) -> HashMap<usize, Vec<(String, String)>> {
+        sigs.iter().map(|(k, s)| (*k, parameters(s))).collect()
+    }
+
     #[test]
     fn a_tail_call_passing_no_new_boxed_value_releases_what_the_call_allocated() {
         let sig4 = "static double f4(double a0, V a1)";
         let sig5 = "static double f5(V a0, double a1)";
-        let params: HashMap<usize, Vec<(String, String)>> =
-            [(4, parameters(sig4)), (5, parameters(sig5))]
-                .into_iter()
-                .collect();
+        let params = signatures(&[(4, sig4), (5, sig5)]);
         assert_eq!(
             params[&5],
             vec![("V".into(), "a0".into()), ("double".into(), "a1".into())]
@@ -2848,10 +2850,7 @@ mod tests {
         // passes on unchanged.
         let sig6 = "static V f6(V a0, double a1, V a2)";
         let sig7 = "static V f7(V a0, V a1)";
-        let params: HashMap<usize, Vec<(String, String)>> =
-            [(6, parameters(sig6)), (7, parameters(sig7))]
-                .into_iter()
-                .collect();
+        let params = signatures(&[(6, sig6), (7, sig7)]);
         let carriable: HashMap<usize, Vec<bool>> =
             [(6, vec![true, false, false]), (7, vec![true, true])]
                 .into_iter()

@@ -385,44 +385,49 @@ fn emitting_the_analysis_stops_at_its_time_limit() {
     }
 }
 
+/// Runs `body` (after an include of lib/ad.vlad) natively and in the evaluator; asserts
+/// that the native run succeeds quietly and prints exactly what the evaluator prints, which
+/// it returns.
+fn exact_native_output(name: &str, body: &str) -> String {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let text = format!("(include \"{}\")\n{body}", root.join("lib/ad").display());
+    let file = program(&dir, name, &text);
+    let native = vlad(&root, cache.path(), &["run", &file]);
+    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(
+        native.status.success() && stderr.is_empty(),
+        "{name}: {stderr}"
+    );
+    let (n, e) = (
+        String::from_utf8_lossy(&native.stdout),
+        String::from_utf8_lossy(&eval.stdout),
+    );
+    assert_eq!(n, e, "{name}");
+    e.into_owned()
+}
+
 /// A lazy zero sensitivity is the identity of `plus` in the evaluator (no arithmetic), so a
 /// sensitivity of -0 added to one stays -0. Compiled code must print the same sign, which
 /// `same_output` would not notice: here the texts must be equal. The loop's boxed
 /// sensitivities used to be added to a computed +0 (printing 0).
 #[test]
 fn signed_zero_sensitivities_match_the_evaluator() {
-    let root = repo_root();
-    let cache = tempfile::tempdir().expect("a cache directory");
-    let dir = tempfile::tempdir().expect("a scratch directory");
-    let file = program(
-        &dir,
+    let out = exact_native_output(
         "negative-zero.vlad",
-        &format!(
-            "(include \"{}\")\n\
-             (define c (* -1 0))\n\
-             ((derivative-R (lambda (x) (* x c))) (real 1))\n\
-             ((gradient-R (lambda (p) (* (car p) c))) (cons (real 1) (real 2)))\n\
-             ((derivative-R (lambda (x) (let ((g (lambda (y) (* x c)))) (g 1)))) (real 1))\n\
-             ((derivative-R (lambda (x) (let loop ((i 0) (acc 0))\n\
-               (if (< i (real 3)) (loop (+ i 1) (+ acc (* x c))) acc)))) (real 1))\n\
-             ((gradient-R (lambda (l) (let loop ((l l) (acc 0))\n\
-               (if (null? l) acc (loop (cdr l) (+ acc (* (car l) c)))))))\n\
-              (list (real 1) (real 2)))\n",
-            root.join("lib/ad").display()
-        ),
+        "(define c (* -1 0))\n\
+         ((derivative-R (lambda (x) (* x c))) (real 1))\n\
+         ((gradient-R (lambda (p) (* (car p) c))) (cons (real 1) (real 2)))\n\
+         ((derivative-R (lambda (x) (let ((g (lambda (y) (* x c)))) (g 1)))) (real 1))\n\
+         ((derivative-R (lambda (x) (let loop ((i 0) (acc 0))\n\
+           (if (< i (real 3)) (loop (+ i 1) (+ acc (* x c))) acc)))) (real 1))\n\
+         ((gradient-R (lambda (l) (let loop ((l l) (acc 0))\n\
+           (if (null? l) acc (loop (cdr l) (+ acc (* (car l) c)))))))\n\
+          (list (real 1) (real 2)))\n",
     );
-    let native = vlad(&root, cache.path(), &["run", &file]);
-    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
-    let stderr = String::from_utf8_lossy(&native.stderr);
-    assert!(native.status.success() && stderr.is_empty(), "{stderr}");
-    assert_eq!(
-        String::from_utf8_lossy(&native.stdout),
-        String::from_utf8_lossy(&eval.stdout)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&eval.stdout),
-        "-0\n(-0 . 0)\n-0\n-0\n(-0 -0)\n"
-    );
+    assert_eq!(out, "-0\n(-0 . 0)\n-0\n-0\n(-0 -0)\n");
 }
 
 /// Found by the random programs: forward mode over reverse mode over forward mode, where a
@@ -431,26 +436,13 @@ fn signed_zero_sensitivities_match_the_evaluator() {
 /// the compiled program stopped with an internal error where the evaluator prints 0.
 #[test]
 fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
-    let root = repo_root();
-    let cache = tempfile::tempdir().expect("a cache directory");
-    let dir = tempfile::tempdir().expect("a scratch directory");
-    let file = program(
-        &dir,
+    let out = exact_native_output(
         "nested.vlad",
-        &format!(
-            "(include \"{}\")\n\
-             ((derivative-F (lambda (x1) ((derivative-R (lambda (x2) ((derivative-F (lambda (x3)\n\
-               (let loop ((i 0) (acc (real 1.5))) (if (< i (real 0)) (loop (+ i 1) 1) acc))))\n\
-               x2))) 1))) 2)\n",
-            root.join("lib/ad").display()
-        ),
+        "((derivative-F (lambda (x1) ((derivative-R (lambda (x2) ((derivative-F (lambda (x3)\n\
+           (let loop ((i 0) (acc (real 1.5))) (if (< i (real 0)) (loop (+ i 1) 1) acc))))\n\
+           x2))) 1))) 2)\n",
     );
-    let native = vlad(&root, cache.path(), &["run", &file]);
-    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
-    let stderr = String::from_utf8_lossy(&native.stderr);
-    assert!(native.status.success() && stderr.is_empty(), "{stderr}");
-    assert_eq!(native.stdout, eval.stdout);
-    assert_eq!(String::from_utf8_lossy(&eval.stdout), "0\n");
+    assert_eq!(out, "0\n");
 }
 
 /// Random programs (`vlad-random`: the grammar of the flow analysis's differential test, with

@@ -126,11 +126,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
                 format!("(real {})", rng.below(5))
             };
             let init = real(rng, vars, d, fresh);
-            vars.push(acc.clone());
-            vars.push(i.clone());
-            let step = real(rng, vars, d, fresh);
-            vars.pop();
-            vars.pop();
+            let step = body_over(rng, vars, &[&acc, &i], d, fresh);
             format!(
                 "(let {lp} (({i} 0) ({acc} {init})) (if (< {i} {n}) ({lp} (+ {i} 1) (* 0.5 {step})) {acc}))"
             )
@@ -174,11 +170,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             // A fold over the indices, the accumulator halved at each step.
             let (acc, j) = (name("acc", fresh), name("j", fresh));
             let init = real(rng, vars, d, fresh);
-            vars.push(acc.clone());
-            vars.push(j.clone());
-            let e = real(rng, vars, d, fresh);
-            vars.pop();
-            vars.pop();
+            let e = body_over(rng, vars, &[&acc, &j], d, fresh);
             let n = rng.below(5);
             let n = maybe_unknown(rng, n);
             format!("(ifold (lambda ({acc} {j}) (+ (* 0.5 {acc}) {e})) {init} {n})")
@@ -225,12 +217,25 @@ fn name(prefix: &str, cx: &mut Cx) -> String {
     format!("{prefix}{}", cx.fresh)
 }
 
+/// A real expression over `vars` and the variables `names`.
+fn body_over(
+    rng: &mut Rng,
+    vars: &mut Vec<String>,
+    names: &[&String],
+    depth: u32,
+    cx: &mut Cx,
+) -> String {
+    let n = vars.len();
+    vars.extend(names.iter().map(|x| (*x).clone()));
+    let e = real(rng, vars, depth, cx);
+    vars.truncate(n);
+    e
+}
+
 /// An index variable and a real expression over it (and `vars`).
 fn index_body(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, cx: &mut Cx) -> (String, String) {
     let j = name("j", cx);
-    vars.push(j.clone());
-    let e = real(rng, vars, depth, cx);
-    vars.pop();
+    let e = body_over(rng, vars, &[&j], depth, cx);
     (j, e)
 }
 
