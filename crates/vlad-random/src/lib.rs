@@ -1,7 +1,9 @@
 //! Random VLAD programs from a seeded grammar, for differential tests of the faster paths
 //! (the specialised program, native code) against the evaluator, the oracle: real-valued
 //! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
-//! non-tail recursion, `real`, forward and reverse derivatives (nested) and, on request,
+//! non-tail recursion, `real`, forward and reverse derivatives (nested; of functions of pairs
+//! and lists, of procedure-valued functions, through procedures passed to procedures) and, on
+//! request,
 //! arrays. The grammar keeps
 //! domains safe and trip counts small, so that most programs run without error and quickly.
 
@@ -68,8 +70,17 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         };
     }
     let d = depth - 1;
-    let forms = if fresh.arrays { 18 } else { 14 };
-    match rng.below(forms) {
+    // Forms 14-17 are the array forms; 18-20 take derivatives of procedures over pairs or
+    // procedures.
+    let form = if fresh.arrays {
+        rng.below(21)
+    } else {
+        match rng.below(17) {
+            k @ 14.. => k + 4,
+            k => k,
+        }
+    };
+    match form {
         0 | 1 => {
             let op = ["+", "-", "*"][rng.below(3)];
             let a = real(rng, vars, d, fresh);
@@ -146,12 +157,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         11 | 12 => {
             let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             let x = name("x", fresh);
-            vars.push(x.clone());
-            let arrays = fresh.arrays;
-            fresh.arrays = arrays && fresh.in_derivatives;
-            let body = real(rng, vars, d, fresh);
-            fresh.arrays = arrays;
-            vars.pop();
+            let body = derivative_body(rng, vars, &[&x], d, fresh);
             let at = real(rng, vars, d, fresh);
             format!("(({mode} (lambda ({x}) {body})) {at})")
         }
@@ -197,6 +203,53 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             let n = maybe_unknown(rng, n);
             format!("(* (array-length (build {n} (lambda ({j}) {e}))) {x})")
         }
+        18 => {
+            // The gradient of a function of a pair, its two components combined.
+            let (p, u, w, g) = (
+                name("p", fresh),
+                name("u", fresh),
+                name("w", fresh),
+                name("g", fresh),
+            );
+            let body = derivative_body(rng, vars, &[&u, &w], d, fresh);
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            let mode = ["gradient-F", "gradient-R"][rng.below(2)];
+            if mode == "gradient-F" {
+                // gradient-F takes a list.
+                format!(
+                    "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} (cadr {p}))) \
+                     {body}))) (list {a} {b})))) (+ (car {g}) (* 0.5 (cadr {g}))))"
+                )
+            } else {
+                format!(
+                    "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} (cdr {p}))) \
+                     {body}))) (cons {a} {b})))) (+ (car {g}) (* 0.5 (cdr {g}))))"
+                )
+            }
+        }
+        19 => {
+            // The derivative of a procedure-valued function: a procedure, called.
+            let (x, y) = (name("x", fresh), name("y", fresh));
+            let body = derivative_body(rng, vars, &[&x, &y], d, fresh);
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            format!("(((derivative-F (lambda ({x}) (lambda ({y}) {body}))) {a}) {b})")
+        }
+        20 => {
+            // A procedure passed to a procedure inside the function differentiated.
+            let (x, y, ap, f) = (
+                name("x", fresh),
+                name("y", fresh),
+                name("ap", fresh),
+                name("f", fresh),
+            );
+            let body = derivative_body(rng, vars, &[&x, &y], d, fresh);
+            let a = real(rng, vars, d, fresh);
+            let mode = ["derivative-F", "derivative-R"][rng.below(2)];
+            format!(
+                "(({mode} (lambda ({x}) (let (({ap} (lambda ({f}) ({f} (* 0.5 {x}))))) \
+                 ({ap} (lambda ({y}) {body}))))) {a})"
+            )
+        }
         _ => {
             // A closure returned by a procedure and called later.
             let (mk, a, y) = (name("mk", fresh), name("a", fresh), name("y", fresh));
@@ -229,6 +282,22 @@ fn body_over(
     vars.extend(names.iter().map(|x| (*x).clone()));
     let e = real(rng, vars, depth, cx);
     vars.truncate(n);
+    e
+}
+
+/// The body of a procedure a derivative is taken of, over `vars` and `names`: arrays only
+/// where allowed inside derivatives.
+fn derivative_body(
+    rng: &mut Rng,
+    vars: &mut Vec<String>,
+    names: &[&String],
+    depth: u32,
+    cx: &mut Cx,
+) -> String {
+    let arrays = cx.arrays;
+    cx.arrays = arrays && cx.in_derivatives;
+    let e = body_over(rng, vars, names, depth, cx);
+    cx.arrays = arrays;
     e
 }
 
