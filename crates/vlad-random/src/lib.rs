@@ -3,9 +3,8 @@
 //! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
 //! non-tail recursion, `real`, forward and reverse derivatives (nested; of functions of pairs
 //! and lists, of procedure-valued functions, through procedures passed to procedures) and, on
-//! request,
-//! arrays. The grammar keeps
-//! domains safe and trip counts small, so that most programs run without error and quickly.
+//! request, arrays. The grammar keeps domains safe and trip counts small, so that most
+//! programs run without error and quickly.
 
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
 /// with the library directory on the include path).
