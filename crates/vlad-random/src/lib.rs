@@ -136,7 +136,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
                 format!("(real {})", rng.below(5))
             };
             let init = real(rng, vars, d, fresh);
-            let step = body_over(rng, vars, &[&acc, &i], d, fresh);
+            let step = body_over(rng, vars, &[&acc, &i], d, fresh, Body::Plain);
             format!(
                 "(let {lp} (({i} 0) ({acc} {init})) (if (< {i} {n}) ({lp} (+ {i} 1) (* 0.5 {step})) {acc}))"
             )
@@ -156,7 +156,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         11 | 12 => {
             let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             let x = name("x", fresh);
-            let body = derivative_body(rng, vars, &[&x], d, fresh);
+            let body = body_over(rng, vars, &[&x], d, fresh, Body::Derivative);
             let at = real(rng, vars, d, fresh);
             format!("(({mode} (lambda ({x}) {body})) {at})")
         }
@@ -175,7 +175,7 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             // A fold over the indices, the accumulator halved at each step.
             let (acc, j) = (name("acc", fresh), name("j", fresh));
             let init = real(rng, vars, d, fresh);
-            let e = body_over(rng, vars, &[&acc, &j], d, fresh);
+            let e = body_over(rng, vars, &[&acc, &j], d, fresh, Body::Plain);
             let n = rng.below(5);
             let n = maybe_unknown(rng, n);
             format!("(ifold (lambda ({acc} {j}) (+ (* 0.5 {acc}) {e})) {init} {n})")
@@ -204,44 +204,30 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         }
         18 => {
             // The gradient of a function of a pair, its two components combined.
-            let (p, u, w, g) = (
-                name("p", fresh),
-                name("u", fresh),
-                name("w", fresh),
-                name("g", fresh),
-            );
-            let body = derivative_body(rng, vars, &[&u, &w], d, fresh);
+            let [p, u, w, g] = ["p", "u", "w", "g"].map(|x| name(x, fresh));
+            let body = body_over(rng, vars, &[&u, &w], d, fresh, Body::Derivative);
             let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
-            let mode = ["gradient-F", "gradient-R"][rng.below(2)];
-            if mode == "gradient-F" {
-                // gradient-F takes a list.
-                format!(
-                    "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} (cadr {p}))) \
-                     {body}))) (list {a} {b})))) (+ (car {g}) (* 0.5 (cadr {g}))))"
-                )
-            } else {
-                format!(
-                    "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} (cdr {p}))) \
-                     {body}))) (cons {a} {b})))) (+ (car {g}) (* 0.5 (cdr {g}))))"
-                )
-            }
+            // gradient-F takes a list, gradient-R any value: here a pair.
+            let (mode, make, second) = [
+                ("gradient-F", "list", "cadr"),
+                ("gradient-R", "cons", "cdr"),
+            ][rng.below(2)];
+            format!(
+                "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} ({second} {p}))) \
+                 {body}))) ({make} {a} {b})))) (+ (car {g}) (* 0.5 ({second} {g}))))"
+            )
         }
         19 => {
             // The derivative of a procedure-valued function: a procedure, called.
             let (x, y) = (name("x", fresh), name("y", fresh));
-            let body = derivative_body(rng, vars, &[&x, &y], d, fresh);
+            let body = body_over(rng, vars, &[&x, &y], d, fresh, Body::Derivative);
             let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
             format!("(((derivative-F (lambda ({x}) (lambda ({y}) {body}))) {a}) {b})")
         }
         20 => {
             // A procedure passed to a procedure inside the function differentiated.
-            let (x, y, ap, f) = (
-                name("x", fresh),
-                name("y", fresh),
-                name("ap", fresh),
-                name("f", fresh),
-            );
-            let body = derivative_body(rng, vars, &[&x, &y], d, fresh);
+            let [x, y, ap, f] = ["x", "y", "ap", "f"].map(|v| name(v, fresh));
+            let body = body_over(rng, vars, &[&x, &y], d, fresh, Body::Derivative);
             let a = real(rng, vars, d, fresh);
             let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             format!(
@@ -269,41 +255,37 @@ fn name(prefix: &str, cx: &mut Cx) -> String {
     format!("{prefix}{}", cx.fresh)
 }
 
-/// A real expression over `vars` and the variables `names`.
+/// A real expression over `vars` and the variables `names`; for `Body::Derivative`, the body
+/// of a procedure a derivative is taken of (arrays only where allowed inside derivatives).
 fn body_over(
     rng: &mut Rng,
     vars: &mut Vec<String>,
     names: &[&String],
     depth: u32,
     cx: &mut Cx,
+    body: Body,
 ) -> String {
-    let n = vars.len();
+    let (n, arrays) = (vars.len(), cx.arrays);
+    if body == Body::Derivative {
+        cx.arrays = arrays && cx.in_derivatives;
+    }
     vars.extend(names.iter().map(|x| (*x).clone()));
     let e = real(rng, vars, depth, cx);
     vars.truncate(n);
+    cx.arrays = arrays;
     e
 }
 
-/// The body of a procedure a derivative is taken of, over `vars` and `names`: arrays only
-/// where allowed inside derivatives.
-fn derivative_body(
-    rng: &mut Rng,
-    vars: &mut Vec<String>,
-    names: &[&String],
-    depth: u32,
-    cx: &mut Cx,
-) -> String {
-    let arrays = cx.arrays;
-    cx.arrays = arrays && cx.in_derivatives;
-    let e = body_over(rng, vars, names, depth, cx);
-    cx.arrays = arrays;
-    e
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Plain,
+    Derivative,
 }
 
 /// An index variable and a real expression over it (and `vars`).
 fn index_body(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, cx: &mut Cx) -> (String, String) {
     let j = name("j", cx);
-    let e = body_over(rng, vars, &[&j], depth, cx);
+    let e = body_over(rng, vars, &[&j], depth, cx, Body::Plain);
     (j, e)
 }
 
