@@ -381,9 +381,9 @@ fn release_before_tail_calls(
                 } else {
                     let c = format!("vl_c{i}");
                     let items: Vec<&str> = copied.iter().map(|&j| args[j].as_str()).collect();
-                    let _ = writeln!(out, "{indent}V {c}[] = {{{}}};", items.join(", "));
-                    let n = copied.len();
-                    let _ = writeln!(out, "{indent}vl_release_carrying(vl_entry, {c}, {n});");
+                    for statement in release_carrying("vl_entry", &c, &items) {
+                        let _ = writeln!(out, "{indent}{statement}");
+                    }
                     for (n, &j) in copied.iter().enumerate() {
                         args[j] = format!("{c}[{n}]");
                     }
@@ -413,6 +413,15 @@ fn release_before_tail_calls(
         }
     }
     out
+}
+
+/// The C statements that release the arena to `mark` keeping the flat arrays `items`, copied
+/// down to it: afterwards element `n` of the array `name` is the copy of `items[n]`.
+fn release_carrying(mark: &str, name: &str, items: &[&str]) -> [String; 2] {
+    [
+        format!("V {name}[] = {{{}}};", items.join(", ")),
+        format!("vl_release_carrying({mark}, {name}, {});", items.len()),
+    ]
 }
 
 /// `T t = fK(...);` followed by a `return` of exactly `t` (all its fields, in order) becomes
@@ -732,7 +741,10 @@ impl Gen<'_, '_> {
     }
 
     fn layout_into(&self, av: &Av, out: &mut Vec<Leaf>) -> R<()> {
-        self.visit_leaves(av, &mut |l, _| out.push(l))
+        self.visit_leaves(av, &mut |l, _| {
+            out.push(l);
+            Ok(())
+        })
     }
 
     /// For each leaf of `av`'s layout, whether it is a flat array whose elements hold no
@@ -740,33 +752,22 @@ impl Gen<'_, '_> {
     /// (`vl_release_carrying`).
     fn carriable_leaves(&self, av: &Av) -> R<Vec<bool>> {
         let mut out = Vec::new();
-        let mut failed = None;
         self.visit_leaves(av, &mut |l, x| {
-            let flat = l == Leaf::V
-                && match x {
-                    Av::Array(_, e) => match self.layout(e) {
-                        Ok(el) => !el.contains(&Leaf::V),
-                        Err(u) => {
-                            failed = Some(u);
-                            false
-                        }
-                    },
-                    _ => false,
-                };
-            out.push(flat);
+            out.push(match x {
+                Av::Array(_, e) if l == Leaf::V => !self.layout(e)?.contains(&Leaf::V),
+                _ => false,
+            });
+            Ok(())
         })?;
-        match failed {
-            Some(u) => Err(u),
-            None => Ok(out),
-        }
+        Ok(out)
     }
 
     /// Calls `f` on each leaf of `av`'s layout, in order, with the value the leaf holds.
-    fn visit_leaves(&self, av: &Av, f: &mut dyn FnMut(Leaf, &Av)) -> R<()> {
+    fn visit_leaves(&self, av: &Av, f: &mut dyn FnMut(Leaf, &Av) -> R<()>) -> R<()> {
         match av {
             Av::Bottom | Av::Nil | Av::Bool(Some(_)) | Av::Real(Some(_)) | Av::Prim(_) => {}
-            Av::Bool(None) => f(Leaf::B, av),
-            Av::Real(None) => f(Leaf::D, av),
+            Av::Bool(None) => f(Leaf::B, av)?,
+            Av::Real(None) => f(Leaf::D, av)?,
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
                 self.visit_leaves(a, f)?;
                 self.visit_leaves(b, f)?;
@@ -785,9 +786,9 @@ impl Gen<'_, '_> {
                 }
             }
             // A flat array (`arrays.rs`).
-            Av::Array(t, _) if t.is_empty() => f(Leaf::V, av),
+            Av::Array(t, _) if t.is_empty() => f(Leaf::V, av)?,
             Av::Array(..) => return self.unsupported("AD tags on arrays"),
-            Av::Dyn(_) => f(Leaf::V, av),
+            Av::Dyn(_) => f(Leaf::V, av)?,
         }
         Ok(())
     }

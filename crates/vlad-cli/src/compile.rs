@@ -61,21 +61,9 @@ pub fn compile(
                 if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
                     eprint!("{}", analysis.show(&place));
                 }
-                // An error in built-in code (the time limit, say) is placed at the top-level
-                // expression whose analysis it stopped.
-                let span = if sources.location(e.span).is_some() {
-                    e.span
-                } else {
-                    te.span
-                };
+                let (span, message) = crate::native::analysis_error(&sources, &e, te.span);
                 return report(
-                    &Diagnostic::new(
-                        span,
-                        format!(
-                            "cannot compile: {}",
-                            crate::native::analysis_message(&e.message)
-                        ),
-                    ),
+                    &Diagnostic::new(span, format!("cannot compile: {message}")),
                     &sources,
                 );
             }
@@ -97,16 +85,11 @@ pub fn compile(
             let program = match analysis.specialise(&entries) {
                 Ok(p) => p,
                 Err(e) => {
+                    let (span, message) = crate::native::analysis_error(&sources, &e, e.span);
                     return report(
-                        &Diagnostic::new(
-                            e.span,
-                            format!(
-                                "cannot compile: {}",
-                                crate::native::analysis_message(&e.message)
-                            ),
-                        ),
+                        &Diagnostic::new(span, format!("cannot compile: {message}")),
                         &sources,
-                    )
+                    );
                 }
             };
             for (span, k) in &results {

@@ -47,22 +47,14 @@ pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<CProgram, Failure>
             Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
         };
         let k = analysis.analyse(core).map_err(|e| {
-            // An error in built-in code (the time limit, say): at the top-level expression.
-            let span = if sources.location(e.span).is_some() {
-                e.span
-            } else {
-                te.span
-            };
-            Failure::Unsupported(format!("{}: {}", place(span), analysis_message(&e.message)))
+            let (span, message) = analysis_error(&sources, &e, te.span);
+            Failure::Unsupported(format!("{}: {message}", place(span)))
         })?;
         entries.push(k);
     }
     let program = analysis.specialise(&entries).map_err(|e| {
-        Failure::Unsupported(format!(
-            "{}: {}",
-            place(e.span),
-            analysis_message(&e.message)
-        ))
+        let (span, message) = analysis_error(&sources, &e, e.span);
+        Failure::Unsupported(format!("{}: {message}", place(span)))
     })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
     vlad_backend_c::generate(&mut analysis, &program, &render)
@@ -80,16 +72,29 @@ pub(crate) fn analysis_time_limit() -> std::time::Duration {
     std::time::Duration::from_secs(secs)
 }
 
-/// An analysis error message, with how to raise the time limit where that was the cause.
-pub(crate) fn analysis_message(message: &str) -> String {
-    if message.contains("ran out of time") {
+/// Where and what to report for an analysis error: an error placed in built-in code (the
+/// time limit, say) is placed at `fallback`, the top-level expression whose analysis it
+/// stopped; a time-out says how to raise the limit.
+pub(crate) fn analysis_error(
+    sources: &SourceMap,
+    e: &vlad_flow::FlowError,
+    fallback: vlad_core::Span,
+) -> (vlad_core::Span, String) {
+    let span = if sources.location(e.span).is_some() {
+        e.span
+    } else {
+        fallback
+    };
+    let message = if e.message.contains("ran out of time") {
         format!(
-            "{message}, after {} s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)",
+            "{}, after {} s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)",
+            e.message,
             analysis_time_limit().as_secs()
         )
     } else {
-        message.to_string()
-    }
+        e.message.clone()
+    };
+    (span, message)
 }
 
 /// The text before and after the message of an error at `span`, as the evaluator's

@@ -156,8 +156,9 @@ impl Gen<'_, '_> {
             if let Some(m) = mark {
                 let c = self.fresh("c");
                 let items: Vec<&str> = carried.iter().map(|&j| acc[j].as_str()).collect();
-                self.line(format!("V {c}[] = {{{}}};", items.join(", ")));
-                self.line(format!("vl_release_carrying({m}, {c}, {});", carried.len()));
+                for statement in super::release_carrying(&m, &c, &items) {
+                    self.line(statement);
+                }
                 for (n, &j) in carried.iter().enumerate() {
                     self.line(format!("{} = {c}[{n}];", acc[j]));
                 }
