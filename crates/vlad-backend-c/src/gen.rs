@@ -754,7 +754,7 @@ impl Gen<'_, '_> {
         let mut out = Vec::new();
         self.visit_leaves(av, &mut |l, x| {
             out.push(match x {
-                Av::Array(_, e) if l == Leaf::V => !self.layout(e)?.contains(&Leaf::V),
+                Av::Array(_, e) if l == Leaf::V => !self.layout(&e.shape())?.contains(&Leaf::V),
                 _ => false,
             });
             Ok(())
@@ -785,9 +785,8 @@ impl Gen<'_, '_> {
                     self.visit_leaves(of, f)?;
                 }
             }
-            // A flat array (`arrays.rs`).
-            Av::Array(t, _) if t.is_empty() => f(Leaf::V, av)?,
-            Av::Array(..) => return self.unsupported("AD tags on arrays"),
+            // A flat array (`arrays.rs`), tagged or not.
+            Av::Array(..) => f(Leaf::V, av)?,
             Av::Dyn(_) => f(Leaf::V, av)?,
         }
         Ok(())
@@ -1477,6 +1476,18 @@ impl Gen<'_, '_> {
                     }
                 })
                 .collect(),
+            // An array of the zeros of the elements, of the reverse array's length: the same
+            // array where the elements' zeros need their leaves.
+            Av::Array(_, e) => {
+                let Av::Array(_, ze) = &forced else {
+                    return self.unsupported("internal: the lazy zero of an array");
+                };
+                let keep = !static_zero(e);
+                let src = &of.leaves[0];
+                vec![self.map_flat(src, e, &ze.clone(), |_, x| {
+                    Ok(if keep { x.leaves } else { Vec::new() })
+                })?]
+            }
             _ if self.layout(&forced)?.is_empty() => Vec::new(),
             // A reverse scalar: the sensitivity-tagged zero of its primal.
             Av::Tagged(Tag::Reverse, x) => {
@@ -1554,9 +1565,7 @@ impl Gen<'_, '_> {
                 out
             }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => self.coerce_leaves(x, leaves, y)?,
-            (Av::Array(t, x), Av::Array(u, y)) if t.is_empty() && u.is_empty() => {
-                self.coerce_array(&leaves[0], x, y)?
-            }
+            (Av::Array(t, x), Av::Array(u, y)) if t == u => self.coerce_array(&leaves[0], x, y)?,
             (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d && e1.len() == e2.len() => {
                 let parts = self.split(&e1.iter().collect::<Vec<_>>(), leaves)?;
                 let mut out = Vec::new();
@@ -1709,8 +1718,7 @@ impl Gen<'_, '_> {
                 }
                 return Ok(self.runtime_v(format!("vl_as_zero({b})")));
             }
-            Av::Array(t, e) if t.is_empty() => return self.box_array(&v.leaves[0], e),
-            Av::Array(..) => return self.unsupported("boxing an array with AD tags"),
+            Av::Array(t, e) => return self.box_array(&v.leaves[0], *t, e),
         };
         let t = self.fresh("b");
         self.line(format!("V {t} = {e};"));
@@ -1775,6 +1783,7 @@ impl Gen<'_, '_> {
                 })
             }
             Target::Build(t) => self.build(t, a, out, site),
+            Target::ForwardBuild(t) => self.forward_build(t, a, out, site),
             Target::Ifold(t) => self.ifold(t, a, out, site),
             Target::NotProcedure => {
                 let b = self.boxed_for_display(&f)?;
@@ -2210,6 +2219,15 @@ impl Gen<'_, '_> {
             }
             _ => return self.unsupported(format!("the primitive `{}`", p.name())),
         };
+        // An array's leaf is one pointer whatever its element value: the maps above give the
+        // element images the analysis computes for this argument, so where the analysis
+        // recorded a wider result the array is converted, never read in another layout.
+        let leaves = if has_array(out) {
+            let image = self.prim_result(p, &a.av)?;
+            self.coerce_leaves(&image, &leaves, out)?
+        } else {
+            leaves
+        };
         if leaves.len() != out_layout.len() {
             if std::env::var_os("VLAD_C_DEBUG").is_some() {
                 eprintln!("{} of {:?}\n  gives {out:?}", p.name(), a.av);
@@ -2305,6 +2323,12 @@ impl Gen<'_, '_> {
             }
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(v, |s, x| s.split_forward(x, tangent))?
+            }
+            Av::Array(_, e) => {
+                let p = if tangent { Prim::Tangent } else { Prim::Primal };
+                let to = self.elem_image(p, (**e).clone())?;
+                let src = &v.leaves[0];
+                vec![self.map_flat(src, e, &to, |s, x| s.split_forward(&x, tangent))?]
             }
             _ if self.layout(&v.av)?.is_empty() => Vec::new(),
             _ => return self.unsupported("`primal` or `tangent` of an unexpected value"),
@@ -2512,7 +2536,15 @@ impl Gen<'_, '_> {
                 )]
             }
             Av::Pair(..) | Av::Closure(..) => self.map_parts(&v, |s, x| s.tag_leaves(x, tag))?,
-            Av::Array(..) => return self.unsupported("AD tags on arrays"),
+            Av::Array(_, e) => {
+                let p = match tag {
+                    Tag::Perturbation => Prim::Perturb,
+                    Tag::Sensitivity => Prim::Sensitize,
+                    _ => Prim::StarJ,
+                };
+                let to = self.elem_image(p, (**e).clone())?;
+                vec![self.map_flat(&v.leaves[0], e, &to, |s, x| s.tag_leaves(&x, tag))?]
+            }
             _ => v.leaves.clone(),
         })
     }
@@ -2534,7 +2566,16 @@ impl Gen<'_, '_> {
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(&v, |s, x| s.untag_leaves(x, tag, name))?
             }
-            Av::Array(..) => return self.unsupported("AD tags on arrays"),
+            Av::Array(_, e) => {
+                let p = match tag {
+                    Tag::Perturbation => Prim::Unperturb,
+                    Tag::Sensitivity => Prim::Unsensitize,
+                    _ => Prim::StarJInverse,
+                };
+                let to = self.elem_image(p, (**e).clone())?;
+                let src = &v.leaves[0];
+                vec![self.map_flat(src, e, &to, |s, x| s.untag_leaves(&x, tag, name))?]
+            }
             _ => v.leaves.clone(),
         })
     }
@@ -2557,7 +2598,12 @@ impl Gen<'_, '_> {
                 let ps = self.parts(&v, &[x])?;
                 self.zero_leaves(&ps[0], sensitivity)?
             }
-            Av::Array(..) => return self.unsupported("`zero` of a boxed value or array"),
+            Av::Array(_, e) => {
+                let p = if sensitivity { Prim::SZero } else { Prim::Zero };
+                let to = self.elem_image(p, (**e).clone())?;
+                let src = &v.leaves[0];
+                vec![self.map_flat(src, e, &to, |s, x| s.zero_leaves(&x, sensitivity))?]
+            }
             _ => Vec::new(),
         })
     }
@@ -2572,8 +2618,12 @@ impl Gen<'_, '_> {
             (Av::Pair(..), Av::Pair(..)) | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(p, t, true, |s, x, y| s.bundle(x, y))?
             }
+            (Av::Array(_, x), Av::Array(_, y)) => {
+                let to = self.elem_image(Prim::Bundle, Av::pair((**x).clone(), (**y).clone()))?;
+                vec![self.zip_flat("bundle", p, t, &to, |s, x, y| s.bundle(&x, &y))?]
+            }
             (Av::Array(..), _) | (_, Av::Array(..)) => {
-                return self.unsupported("`bundle` of arrays")
+                return self.unsupported("`bundle` of an array and another value")
             }
             // Scalars: the primal's leaves, then the perturbation's. Where a part of either is
             // boxed, the analysis could not tell whether their shapes agree: the runtime's
@@ -2623,6 +2673,10 @@ impl Gen<'_, '_> {
             | (Av::Tagged(..), Av::Tagged(..))
             | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(a, b, false, |s, x, y| s.plus(x, y))?
+            }
+            (Av::Array(_, x), Av::Array(_, y)) => {
+                let to = self.elem_image(Prim::Plus, Av::pair((**x).clone(), (**y).clone()))?;
+                vec![self.zip_flat("plus", a, b, &to, |s, x, y| s.plus(&x, &y))?]
             }
             (Av::Bool(None), _) => a.leaves.clone(),
             (_, Av::Bool(None)) => b.leaves.clone(),
@@ -2708,6 +2762,17 @@ fn is_simple(e: &str) -> bool {
     e.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
         || e.starts_with('(') && e.ends_with(')') && e[1..e.len() - 1].parse::<f64>().is_ok()
+}
+
+/// Whether an array is part of `v` (outside boxed parts).
+fn has_array(v: &Av) -> bool {
+    match v {
+        Av::Array(..) => true,
+        Av::Pair(_, a, b) | Av::Bundle(a, b) => has_array(a) || has_array(b),
+        Av::Closure(_, env) => env.iter().any(has_array),
+        Av::Tagged(_, x) | Av::Zero(x) => has_array(x),
+        _ => false,
+    }
 }
 
 /// Whether a scalar-like value (a bundle or tagged value) has a boxed part.

@@ -78,8 +78,9 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
 /* ---- arrays (untagged). An array whose elements have one abstract value is *flat*: slot 0
    holds its length n, and element i's leaves (the element's layout, k of them: aux) are slots
    1 + i*k ... i*k + k. The generated code reads and writes them; for printing or an error
-   message it is boxed into a VL_ARRAY (aux 0, slot 0 the length, slots 1..n the boxed
-   elements). Boxed arrays exist for display only: no AD operator or dispatch sees one. */
+   message it is boxed into a VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots
+   1..n the boxed elements). Boxed arrays exist for display only: no AD operator or dispatch
+   sees one. */
 static V vl_flat(long n, unsigned k) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
@@ -128,11 +129,11 @@ static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
   }
   free(stage);
 }
-static V vl_boxed_array(long n) {
+static V vl_boxed_array(long n, unsigned tags) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n) * sizeof(vl_slot));
   o->kind = VL_ARRAY;
   o->zero = 0;
-  o->aux = 0;
+  o->aux = tags;
   o->s[0].b = n;
   return o;
 }
@@ -218,6 +219,12 @@ static unsigned vl_tags_pop(unsigned t);
 /* For printing (vlad-eval/src/ad.rs `split_forward_shallow`, `untag_shallow`). */
 static V vl_split_shallow(V v, int tangent) {
   if (v->kind == VL_BUNDLE) return v->s[tangent].v;
+  if (v->kind == VL_ARRAY && vl_top(v) == 0) {
+    unsigned rest = vl_tags_pop(v->aux);
+    V a = vl_boxed_array(v->s[0].b, tangent ? vl_tags_push(rest, 1) : rest);
+    for (long i = 0; i < v->s[0].b; i++) a->s[1 + i].v = vl_split_shallow(v->s[1 + i].v, tangent);
+    return a;
+  }
   if (v->kind == VL_PAIR && vl_top(v) == 0) {
     unsigned rest = vl_tags_pop(v->aux);
     return vl_pair(tangent ? vl_tags_push(rest, 1) : rest, vl_split_shallow(v->s[0].v, tangent),
@@ -227,6 +234,11 @@ static V vl_split_shallow(V v, int tangent) {
 }
 static V vl_untag_shallow(V v, unsigned tag) {
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
+  if (v->kind == VL_ARRAY && vl_top(v) == (int)tag) {
+    V a = vl_boxed_array(v->s[0].b, vl_tags_pop(v->aux));
+    for (long i = 0; i < v->s[0].b; i++) a->s[1 + i].v = vl_untag_shallow(v->s[1 + i].v, tag);
+    return a;
+  }
   if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
     return vl_pair(vl_tags_pop(v->aux), vl_untag_shallow(v->s[0].v, tag), vl_untag_shallow(v->s[1].v, tag));
   return v;
@@ -234,6 +246,17 @@ static V vl_untag_shallow(V v, unsigned tag) {
 
 static void vl_write(vl_buf *b, V v) {
   char num[64];
+  if ((v->kind == VL_PAIR || v->kind == VL_ARRAY) && v->aux) {
+    /* Tagged aggregates print as the tag applied to the untagged aggregate. */
+    if (vl_top(v) == VL_FORWARD) {
+      vl_put(b, "(forward "); vl_write(b, vl_split_shallow(v, 0)); vl_put(b, " ");
+      vl_write(b, vl_split_shallow(v, 1)); vl_put(b, ")");
+    } else {
+      vl_put(b, "("); vl_put(b, vl_tag_names[v->aux & 3]); vl_put(b, " ");
+      vl_write(b, vl_untag_shallow(v, v->aux & 3)); vl_put(b, ")");
+    }
+    return;
+  }
   switch (v->kind) {
   case VL_NIL: vl_put(b, "()"); return;
   case VL_BOOL: vl_put(b, v->s[0].b ? "#t" : "#f"); return;
@@ -255,17 +278,6 @@ static void vl_write(vl_buf *b, V v) {
     vl_put(b, "("); vl_put(b, vl_tag_names[v->aux]); vl_put(b, " "); vl_write(b, v->s[0].v);
     vl_put(b, ")"); return;
   case VL_PAIR:
-    if (v->aux) {
-      /* Tagged aggregates print as the tag applied to the untagged aggregate. */
-      if (vl_top(v) == VL_FORWARD) {
-        vl_put(b, "(forward "); vl_write(b, vl_split_shallow(v, 0)); vl_put(b, " ");
-        vl_write(b, vl_split_shallow(v, 1)); vl_put(b, ")");
-      } else {
-        vl_put(b, "("); vl_put(b, vl_tag_names[v->aux & 3]); vl_put(b, " ");
-        vl_write(b, vl_untag_shallow(v, v->aux & 3)); vl_put(b, ")");
-      }
-      return;
-    }
     vl_put(b, "(");
     for (;;) {
       vl_write(b, v->s[0].v);
@@ -306,7 +318,8 @@ static void vl_describe(vl_buf *b, V v) {
   case VL_CLOSURE: vl_put(b, "a procedure"); return;
   case VL_ARRAY: {
     char n[64];
-    snprintf(n, sizeof n, "an array of length %ld", v->s[0].b);
+    if (v->aux) snprintf(n, sizeof n, "a %s array of length %ld", vl_tag_names[v->aux & 3], v->s[0].b);
+    else snprintf(n, sizeof n, "an array of length %ld", v->s[0].b);
     vl_put(b, n);
     return;
   }
@@ -373,6 +386,17 @@ static void vl_check_count(int site, const char *op, const char *what, double r)
   else snprintf(m, sizeof m, "%s: the %s must be a non-negative integer, got %s", op, what, num);
   vl_fail_at(site, m);
 }
+static int vl_count_ok(double r) { return vl_is_natural(r) && r < 9007199254740992.0; }
+/* vl_check_count of a count that is a forward value: the message describes it whole. */
+static void vl_count_fail(int site, const char *op, const char *what, double r, V v) {
+  vl_buf m = {0, 0, 0};
+  vl_put(&m, op);
+  vl_put(&m, ": the ");
+  vl_put(&m, what);
+  if (vl_is_natural(r)) { vl_put(&m, " "); vl_describe(&m, v); vl_put(&m, " is too large"); }
+  else { vl_put(&m, " must be a non-negative integer, got "); vl_describe(&m, v); }
+  vl_fail_at(site, m.p);
+}
 static void vl_index_fail(int site, double r, long n) {
   char num[64], m[200];
   vl_format_real(r, num);
@@ -422,7 +446,7 @@ static unsigned vl_tags_pop(unsigned t) {
 /* The outermost tag of a value, or -1. */
 static int vl_top(V v) {
   switch (v->kind) {
-  case VL_PAIR: return v->aux >> 28 ? (int)(v->aux & 3) : -1;
+  case VL_PAIR: case VL_ARRAY: return v->aux >> 28 ? (int)(v->aux & 3) : -1;
   case VL_BUNDLE: return VL_FORWARD;
   case VL_TAGGED: return (int)v->aux;
   default: return -1;
@@ -477,6 +501,11 @@ static void vl_shape_fail(const char *op, V a, V b) {
   vl_put(&m, op); vl_put(&m, ": the values do not have the same shape: ");
   vl_describe(&m, a); vl_put(&m, " and "); vl_describe(&m, b);
   vl_fail_at(-1, m.p);
+}
+static void vl_length_fail(const char *op, long a, long b) {
+  char m[160];
+  snprintf(m, sizeof m, "%s: the arrays have different lengths (%ld and %ld)", op, a, b);
+  vl_fail_at(-1, m);
 }
 static int vl_scalar(V v) { return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM; }
 static V vl_ad_bundle(V p, V t) {

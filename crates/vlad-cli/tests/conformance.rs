@@ -185,6 +185,7 @@ const SPECIALISED: &[&str] = &[
     "tests/ad/reverse.vlad",
     "tests/ad/reverse-property.vlad",
     "tests/array/arrays.vlad",
+    "tests/array/forward.vlad",
     "examples/array-calculus.vlad",
     "examples/bundle-adjustment.vlad",
     "examples/even-odd.vlad",

@@ -40,6 +40,7 @@ const NATIVE: &[&str] = &[
     "tests/ad/reverse.vlad",
     "tests/ad/reverse-property.vlad",
     "tests/array/compiled.vlad",
+    "tests/array/forward.vlad",
     "tests/conformance/io.vlad",
     "tests/conformance/patterns.vlad",
     "tests/conformance/primitives.vlad",
@@ -235,20 +236,18 @@ fn run_falls_back_to_the_evaluator_with_a_reason() {
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a directory");
-    // An array with AD tags: not compiled yet, so this stays a fallback until they compile
+    // An array in reverse mode: not compiled yet, so this stays a fallback until it compiles
     // (then pick another construct the backend lacks, or drop this test with the fallback).
     let file = program(
         &dir,
         "a.vlad",
-        "(bundle (build 2 (lambda (i) i)) (perturb (build 2 (lambda (i) 1))))\n",
+        "(let (((cons y bp) ((*j (lambda (v) (get v 0))) (*j (build 2 (lambda (i) i))))))\n\
+         (let (((cons f x) (unsensitize (bp (sensitize 1))))) x))\n",
     );
     let o = vlad(&root, cache.path(), &["run", &file]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        "(forward #(0 1) (perturbation #(1 1)))\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "#(1 0)\n");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not compiled to native code"), "{err}");
 }
@@ -447,10 +446,9 @@ fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
 
 /// Random programs (`vlad-random`: the grammar of the flow analysis's differential test, with
 /// closures, pairs, conditionals, loops, recursion, `real`, nested forward and reverse
-/// derivatives, and arrays outside derivatives) compiled to native code print what the
-/// evaluator prints. They are grouped
-/// into files of `PER_FILE` top-level expressions, one value printed per line, so that each
-/// file is compiled once. `VLAD_RANDOM_FILES` and `VLAD_RANDOM_SEED` change how many files
+/// derivatives, and arrays outside reverse derivatives) compiled to native code print what
+/// the evaluator prints. They are grouped into files of `PER_FILE` top-level expressions, one
+/// value printed per line, so that each file is compiled once. `VLAD_RANDOM_FILES` and `VLAD_RANDOM_SEED` change how many files
 /// and which programs, for longer runs by hand.
 #[test]
 fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
@@ -469,11 +467,13 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     let dir = tempfile::tempdir().expect("a scratch directory");
     let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
     let mut rng = vlad_random::Rng(seed);
-    let (mut reverse, mut arrays, mut failures) = (0, 0, Vec::new());
+    let (mut reverse, mut arrays, mut forward_arrays, mut failures) = (0, 0, 0, Vec::new());
     for n in 0..files {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
-            let p = vlad_random::expression(&mut rng, 4, vlad_random::Arrays::OutsideDerivatives);
+            let (p, fa) =
+                vlad_random::expression_counted(&mut rng, 4, vlad_random::Arrays::OutsideReverse);
+            forward_arrays += usize::from(fa > 0);
             let e = p
                 .strip_prefix("(include \"ad\")\n")
                 .expect("the library first");
@@ -532,10 +532,16 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
             }
         }
     }
-    // Not vacuous: many of the programs differentiate in reverse mode, many use arrays.
+    // Not vacuous: many of the programs differentiate in reverse mode, many use arrays, and
+    // some use arrays inside forward derivatives.
     eprintln!(
-        "{} random programs: {reverse} use reverse mode, {arrays} arrays",
+        "{} random programs: {reverse} use reverse mode, {arrays} arrays, \
+         {forward_arrays} arrays inside forward derivatives",
         files * PER_FILE
+    );
+    assert!(
+        forward_arrays >= files * PER_FILE / 20,
+        "only {forward_arrays} use arrays inside forward derivatives"
     );
     assert!(
         reverse >= files * PER_FILE / 5,
@@ -636,6 +642,28 @@ fn compiled_errors_match_the_evaluator() {
         (
             "element.vlad",
             "(build (real 4) (lambda (i) (if (< i 2) (write-real i) (* i #f))))\n",
+        ),
+        // Forward arrays: a forward `build` whose length is negative or too large (the
+        // message describes the forward length whole), and `bundle` and `plus` of arrays of
+        // different lengths.
+        (
+            "forward-length.vlad",
+            "(define (f x) (build x (lambda (i) (* i x))))\n\
+             ((bundle f (perturb (zero f))) (bundle (real -1) (perturb 1)))\n",
+        ),
+        (
+            "forward-large.vlad",
+            "(define (f x) (build x (lambda (i) (* i x))))\n\
+             ((bundle f (perturb (zero f))) (bundle (real 1e300) (perturb 0)))\n",
+        ),
+        (
+            "bundle-lengths.vlad",
+            "(bundle (build (real 2) (lambda (i) i)) (perturb (build (real 3) (lambda (i) i))))\n",
+        ),
+        (
+            "plus-lengths.vlad",
+            "(plus (sensitize (build (real 2) (lambda (i) i)))\n\
+                   (sensitize (build (real 3) (lambda (i) i))))\n",
         ),
     ] {
         let file = program(&dir, name, text);

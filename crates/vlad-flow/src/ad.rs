@@ -124,7 +124,7 @@ impl Analysis<'_> {
     }
 
     /// If code `c` is the `tag` version of a primitive, that primitive.
-    fn prim_version(&self, c: CodeId, tag: Tag) -> Option<Prim> {
+    pub(crate) fn prim_version(&self, c: CodeId, tag: Tag) -> Option<Prim> {
         let code = &self.codes[c.0 as usize];
         if code.lambdas.len() != 1 {
             return None;
@@ -179,7 +179,7 @@ impl Analysis<'_> {
     }
 
     /// The code `c`'s is the `tag` transform of, if any.
-    fn untransform_code(&mut self, c: CodeId, tag: Tag) -> Option<CodeId> {
+    pub(crate) fn untransform_code(&mut self, c: CodeId, tag: Tag) -> Option<CodeId> {
         let code = self.codes[c.0 as usize].clone();
         let mut lambdas = Vec::with_capacity(code.lambdas.len());
         for l in code.lambdas.iter() {

@@ -105,6 +105,10 @@ pub struct Analysis<'a> {
     summary_versions: HashMap<CodeId, u64>,
     /// The transforms of codes (`ad.rs`, `transform_code`).
     pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
+    /// For each code of no free variables called so far: the number of forward tags `d` if
+    /// it is `build`'s forward version transformed by `forward` `d - 1` more times
+    /// (`forward_build`).
+    forward_builds: HashMap<CodeId, Option<usize>>,
     /// Computing the images of a class only: summaries are not mapped.
     pub(crate) envs_off: bool,
     /// `bundle` of boxed values in progress (its memo assumes fixed summaries).
@@ -164,6 +168,9 @@ pub enum Target {
     IfProc(Box<Target>, Box<Target>),
     /// `build`: the call of the element procedure.
     Build(Box<Target>),
+    /// The forward version of `build` (paper 002's D-Build), run as a loop instead of its
+    /// definition's list: the call of the element procedure on each forward index.
+    ForwardBuild(Box<Target>),
     /// `ifold`: the call of the step procedure.
     Ifold(Box<Target>),
     /// A boxed procedure: one of these, chosen by its code at run time.
@@ -192,6 +199,7 @@ impl<'a> Analysis<'a> {
             class_maps: HashMap::new(),
             summary_versions: HashMap::new(),
             transformed_codes: HashMap::new(),
+            forward_builds: HashMap::new(),
             envs_off: false,
             bundling: 0,
             debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
@@ -679,6 +687,13 @@ impl<'a> Analysis<'a> {
         Ok(match &f {
             Av::Prim(p) => self.prim_t(*p, a)?,
             Av::Closure(c, env) => {
+                if env.is_empty() {
+                    if let Some(d) = self.forward_build_depth(*c) {
+                        if let Some(r) = self.forward_build(a, d)? {
+                            return Ok(r);
+                        }
+                    }
+                }
                 let (r, k) = self.call(*c, env.clone(), a.clone())?;
                 (r, Target::Direct(k))
             }
@@ -711,6 +726,67 @@ impl<'a> Analysis<'a> {
             // Applying a non-procedure is a run-time error: no value.
             _ => (Av::Bottom, Target::NotProcedure),
         })
+    }
+
+    /// `d` if code `c` is `build`'s forward version transformed by `forward` `d - 1` more
+    /// times (the `build` of nested forward derivatives).
+    fn forward_build_depth(&mut self, c: CodeId) -> Option<usize> {
+        if let Some(d) = self.forward_builds.get(&c) {
+            return *d;
+        }
+        let tags = self.code_tags(c);
+        let d = if self.prim_version(c, Tag::Forward) == Some(Prim::Build) {
+            Some(1)
+        } else if tags.depth() >= 2 && tags.iter().all(|t| t == Tag::Forward) {
+            self.untransform_code(c, Tag::Forward)
+                .and_then(|inner| self.forward_build_depth(inner))
+                .map(|d| d + 1)
+        } else {
+            None
+        };
+        self.forward_builds.insert(c, d);
+        d
+    }
+
+    /// The forward version of `build` at `d` forward tags applied to `a`, without analysing
+    /// its definition's loop.
+    ///
+    /// That loop conses the elements onto a list and turns the list into an array at the end:
+    /// analysed as it is, a list of unknown length is boxed, and so is every array a forward
+    /// derivative builds. Its meaning is simple (paper 002 Fig. 6, D-Build): the forward array
+    /// of `f` applied to each index `i` below the (innermost) primal of the length, an index
+    /// being `i` lifted to the `d` forward tags (tangents zero). `None` (analyse the
+    /// definition) where the argument is not a forward pair of a forward real and something
+    /// else.
+    fn forward_build(&mut self, a: &Av, d: usize) -> R<Option<(Av, Target)>> {
+        let a = self.force_shallow(a)?;
+        let mut tags = Tags::EMPTY;
+        for _ in 0..d {
+            let Some(t) = tags.push(Tag::Forward) else {
+                return Ok(None);
+            };
+            tags = t;
+        }
+        let Av::Pair(t, n, f) = &a else {
+            return Ok(None);
+        };
+        let Some(p) = innermost_primal(n, d) else {
+            return Ok(None);
+        };
+        if *t != tags || !matches!(p, Av::Real(_)) {
+            return Ok(None);
+        }
+        let known_empty = *p == Av::known_real(0.0);
+        let index = self.lift(Av::real(), tags)?;
+        let (elem, target) = if known_empty {
+            (Av::Bottom, Target::Unreachable)
+        } else {
+            self.apply_t(f, &index)?
+        };
+        Ok(Some((
+            Av::array(tags, elem),
+            Target::ForwardBuild(Box::new(target)),
+        )))
     }
 
     /// A primitive applied: its result, and its target (the higher-order primitives have the
@@ -959,4 +1035,16 @@ pub fn datum_av(d: &Datum) -> Av {
             }),
         ),
     }
+}
+
+/// The primal of the primal ... (`d` times) of a forward value, if it is `d` bundles deep.
+pub fn innermost_primal(v: &Av, d: usize) -> Option<&Av> {
+    let mut v = v;
+    for _ in 0..d {
+        match v {
+            Av::Bundle(p, _) => v = p,
+            _ => return None,
+        }
+    }
+    Some(v)
 }

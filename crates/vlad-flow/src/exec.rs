@@ -312,6 +312,36 @@ impl<'a> Executor<'a> {
                 }
                 Ok(Out::Value(Value::array(vlad_core::Tags::EMPTY, elems)))
             }
+            Target::ForwardBuild(elem) => {
+                // The forward `build` as its definition runs it: the length checked (a forward
+                // real), `f` called on the indices lifted to the argument's forward tags (zero
+                // tangents), the elements in an array with those tags.
+                let tags = a.tags();
+                let Value::Pair(p) = &a else {
+                    return Err(internal(span, "a forward `build` of a non-pair"));
+                };
+                let (n, f) = (p.car.clone(), p.cdr.clone());
+                let mut len = self.ev.apply_primitive(Prim::BuildLength, n, span)?;
+                for _ in 0..tags.depth() {
+                    len = self.ev.apply_primitive(Prim::Primal, len, span)?;
+                }
+                let Value::Real(len) = len else {
+                    return Err(internal(span, "a bad length"));
+                };
+                let mut elems = Vec::with_capacity(len as usize);
+                for i in 0..len as usize {
+                    let mut index = Value::Real(i as f64);
+                    for _ in 0..tags.depth() {
+                        let zero = self.ev.apply_primitive(Prim::Zero, index.clone(), span)?;
+                        let t = self.ev.apply_primitive(Prim::Perturb, zero, span)?;
+                        let pair = Value::pair(vlad_core::Tags::EMPTY, index, t);
+                        index = self.ev.apply_primitive(Prim::Bundle, pair, span)?;
+                    }
+                    let v = self.apply(elem, f.clone(), index, span, false)?;
+                    elems.push(self.finish(v)?);
+                }
+                Ok(Out::Value(Value::array(tags, elems)))
+            }
             Target::Ifold(step) => {
                 let (f, rest) = two(&a, span)?;
                 let (init, n) = two(&rest, span)?;

@@ -168,6 +168,7 @@ fn show_target(t: &Target) -> String {
         Target::Prim(p) => format!("prim:{}", p.name()),
         Target::IfProc(a, b) => format!("if-procedure[{}]", list(&[a, b])),
         Target::Build(t) => format!("build[{}]", show_target(t)),
+        Target::ForwardBuild(t) => format!("forward-build[{}]", show_target(t)),
         Target::Ifold(t) => format!("ifold[{}]", show_target(t)),
         Target::Dispatch(ts) => format!("dispatch[{}]", list(&ts.iter().collect::<Vec<_>>())),
         Target::NotProcedure => "not-procedure".into(),

@@ -17,29 +17,43 @@ pub fn program(rng: &mut Rng, depth: u32) -> String {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Arrays {
     None,
-    /// Not inside the procedures a derivative is taken of: arrays with AD tags are not
-    /// compiled to native code yet.
+    /// Not inside the procedures a derivative is taken of.
     OutsideDerivatives,
+    /// Not inside the procedures a reverse derivative is taken of (nor inside those of a
+    /// forward derivative taken inside one): reverse-mode arrays are not compiled to native
+    /// code yet.
+    OutsideReverse,
     Everywhere,
 }
 
 /// A program as `program`, with arrays where `arrays` says.
 pub fn expression(rng: &mut Rng, depth: u32, arrays: Arrays) -> String {
+    expression_counted(rng, depth, arrays).0
+}
+
+/// `expression`, and the number of array forms it has inside procedures a forward derivative
+/// is taken of.
+pub fn expression_counted(rng: &mut Rng, depth: u32, arrays: Arrays) -> (String, usize) {
     let mut cx = Cx {
         fresh: 0,
         arrays: arrays != Arrays::None,
-        in_derivatives: arrays == Arrays::Everywhere,
+        policy: arrays,
+        in_forward: false,
+        forward_arrays: 0,
     };
     let e = real(rng, &mut Vec::new(), depth, &mut cx);
-    format!("(include \"ad\")\n{e}\n")
+    (format!("(include \"ad\")\n{e}\n"), cx.forward_arrays)
 }
 
 /// What the grammar threads through: the last fresh name's number, whether array forms may
-/// be generated here, and whether inside derivatives too.
+/// be generated here, where they may be, whether this is inside a forward derivative, and
+/// how many array forms were generated inside one.
 struct Cx {
     fresh: u32,
     arrays: bool,
-    in_derivatives: bool,
+    policy: Arrays,
+    in_forward: bool,
+    forward_arrays: usize,
 }
 
 /// xorshift64*: tiny, deterministic.
@@ -72,7 +86,11 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
     // Forms 14-17 are the array forms; 18-20 take derivatives of procedures over pairs or
     // procedures.
     let form = if fresh.arrays {
-        rng.below(21)
+        let form = rng.below(21);
+        if fresh.in_forward && (14..=17).contains(&form) {
+            fresh.forward_arrays += 1;
+        }
+        form
     } else {
         match rng.below(17) {
             k @ 14.. => k + 4,
@@ -154,9 +172,12 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             )
         }
         11 | 12 => {
-            let mode = ["derivative-F", "derivative-R"][rng.below(2)];
+            let (mode, body) = [
+                ("derivative-F", Body::Forward),
+                ("derivative-R", Body::Reverse),
+            ][rng.below(2)];
             let x = name("x", fresh);
-            let body = body_over(rng, vars, &[&x], d, fresh, Body::Derivative);
+            let body = body_over(rng, vars, &[&x], d, fresh, body);
             let at = real(rng, vars, d, fresh);
             format!("(({mode} (lambda ({x}) {body})) {at})")
         }
@@ -205,13 +226,13 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         18 => {
             // The gradient of a function of a pair, its two components combined.
             let [p, u, w, g] = ["p", "u", "w", "g"].map(|x| name(x, fresh));
-            let body = body_over(rng, vars, &[&u, &w], d, fresh, Body::Derivative);
-            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
             // gradient-F takes a list, gradient-R any value: here a pair.
-            let (mode, make, second) = [
-                ("gradient-F", "list", "cadr"),
-                ("gradient-R", "cons", "cdr"),
+            let (mode, make, second, body) = [
+                ("gradient-F", "list", "cadr", Body::Forward),
+                ("gradient-R", "cons", "cdr", Body::Reverse),
             ][rng.below(2)];
+            let body = body_over(rng, vars, &[&u, &w], d, fresh, body);
+            let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
             format!(
                 "(let (({g} (({mode} (lambda ({p}) (let (({u} (car {p})) ({w} ({second} {p}))) \
                  {body}))) ({make} {a} {b})))) (+ (car {g}) (* 0.5 ({second} {g}))))"
@@ -220,16 +241,19 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         19 => {
             // The derivative of a procedure-valued function: a procedure, called.
             let (x, y) = (name("x", fresh), name("y", fresh));
-            let body = body_over(rng, vars, &[&x, &y], d, fresh, Body::Derivative);
+            let body = body_over(rng, vars, &[&x, &y], d, fresh, Body::Forward);
             let (a, b) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
             format!("(((derivative-F (lambda ({x}) (lambda ({y}) {body}))) {a}) {b})")
         }
         20 => {
             // A procedure passed to a procedure inside the function differentiated.
             let [x, y, ap, f] = ["x", "y", "ap", "f"].map(|v| name(v, fresh));
-            let body = body_over(rng, vars, &[&x, &y], d, fresh, Body::Derivative);
+            let (mode, body) = [
+                ("derivative-F", Body::Forward),
+                ("derivative-R", Body::Reverse),
+            ][rng.below(2)];
+            let body = body_over(rng, vars, &[&x, &y], d, fresh, body);
             let a = real(rng, vars, d, fresh);
-            let mode = ["derivative-F", "derivative-R"][rng.below(2)];
             format!(
                 "(({mode} (lambda ({x}) (let (({ap} (lambda ({f}) ({f} (* 0.5 {x}))))) \
                  ({ap} (lambda ({y}) {body}))))) {a})"
@@ -255,8 +279,9 @@ fn name(prefix: &str, cx: &mut Cx) -> String {
     format!("{prefix}{}", cx.fresh)
 }
 
-/// A real expression over `vars` and the variables `names`; for `Body::Derivative`, the body
-/// of a procedure a derivative is taken of (arrays only where allowed inside derivatives).
+/// A real expression over `vars` and the variables `names`; for `Body::Forward` and
+/// `Body::Reverse`, the body of a procedure a derivative is taken of in that mode (arrays only
+/// where `Arrays` allows them, inside every enclosing derivative).
 fn body_over(
     rng: &mut Rng,
     vars: &mut Vec<String>,
@@ -265,21 +290,26 @@ fn body_over(
     cx: &mut Cx,
     body: Body,
 ) -> String {
-    let (n, arrays) = (vars.len(), cx.arrays);
-    if body == Body::Derivative {
-        cx.arrays = arrays && cx.in_derivatives;
-    }
+    let (n, arrays, in_forward) = (vars.len(), cx.arrays, cx.in_forward);
+    cx.in_forward = in_forward || body == Body::Forward;
+    cx.arrays = arrays
+        && matches!(
+            (body, cx.policy),
+            (Body::Plain, _) | (_, Arrays::Everywhere) | (Body::Forward, Arrays::OutsideReverse)
+        );
     vars.extend(names.iter().map(|x| (*x).clone()));
     let e = real(rng, vars, depth, cx);
     vars.truncate(n);
     cx.arrays = arrays;
+    cx.in_forward = in_forward;
     e
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Body {
     Plain,
-    Derivative,
+    Forward,
+    Reverse,
 }
 
 /// An index variable and a real expression over it (and `vars`).

@@ -3,16 +3,27 @@
 //!
 //! The analysis gives an array one abstract element value (`Av::Array(tags, e)`), so every
 //! element has the same layout: the array is one `V` leaf pointing to a runtime object whose
-//! slot 0 is the length and whose element `i` is the `k` leaves of `e`'s layout at slots
-//! `1 + i*k ...` (`vl_flat`). An array of reals is a length and a row of doubles; a known
-//! element (`k` = 0) costs nothing per element. Flat arrays are never mutated after they are
-//! built, so a literal is built once, at start-up, like a boxed constant.
+//! slot 0 is the length and whose element `i` is `k` slots at `1 + i*k ...` (`vl_flat`).
+//!
+//! The `k` slots are the layout of the element value's *shape* (`Av::shape`: its known reals
+//! and booleans made unknown), and known parts are stored too (`slots`). So two element values
+//! of one shape have one flat layout, and converting an array from one to the other (an array
+//! whose elements have a known zero tangent passed where the tangents are unknown) keeps the
+//! same array: a copy there, at a call inside a loop over the elements (forward `get`), made
+//! such loops quadratic. An array of reals is a length and a row of doubles. Flat arrays are
+//! never mutated after they are built, so a literal is built once, at start-up, like a boxed
+//! constant.
 //!
 //! An array is boxed (`VL_ARRAY`, elements boxed) only to be printed or described in an error;
 //! converting one to `Dyn` for the program's own use is refused, so boxed values (and the
-//! runtime's AD operators and dispatches on them) never meet an array. AD tags on arrays are
-//! refused too: their forward and reverse forms (`bundle` of arrays, lazy one-hot
-//! sensitivities) are not compiled yet, and such programs run in the evaluator.
+//! runtime's AD operators and dispatches on them) never meet an array.
+//!
+//! **AD tags.** A tagged array is tagged structurally (its element value carries the tags), so
+//! it has the same flat layout. The AD operators map it element by element (`map_flat`,
+//! `zip_flat`): a new flat array whose element `i` is the operator's image of element `i`, or
+//! the same array where the image of every element has the element's own leaves (`*j` or
+//! `perturb` of an array of reals costs nothing). `bundle` and `plus` check the lengths with the
+//! evaluator's message.
 
 use super::{real_literal, Gen, Leaf, Val, R};
 use std::fmt::Write as _;
@@ -21,25 +32,89 @@ use vlad_flow::analysis::datum_av;
 use vlad_flow::{Av, Target};
 
 impl Gen<'_, '_> {
-    /// The C expressions of the leaves of element `index` of flat array `arr`.
-    fn flat_elem(&self, arr: &str, index: &str, layout: &[Leaf]) -> Vec<String> {
-        let k = layout.len();
-        layout
-            .iter()
-            .enumerate()
-            .map(|(j, l)| format!("{arr}->s[1 + {index} * {k} + {j}].{}", l.slot()))
-            .collect()
+    /// For each slot of an element of value `e` in a flat array (the layout of `e.shape()`):
+    /// the C literal it holds where `e` knows it, `None` where it holds one of `e`'s leaves.
+    fn slots(&self, e: &Av, out: &mut Vec<Option<String>>) -> R<()> {
+        match e {
+            Av::Real(Some(x)) => out.push(Some(real_literal(x.get()))),
+            Av::Bool(Some(b)) => out.push(Some((*b as u8).to_string())),
+            Av::Real(None) | Av::Bool(None) | Av::Array(..) | Av::Dyn(_) => out.push(None),
+            Av::Bottom | Av::Nil | Av::Prim(_) => {}
+            Av::Pair(_, a, b) | Av::Bundle(a, b) => {
+                self.slots(a, out)?;
+                self.slots(b, out)?;
+            }
+            Av::Closure(_, env) => {
+                for x in env.iter() {
+                    self.slots(x, out)?;
+                }
+            }
+            Av::Tagged(_, x) => self.slots(x, out)?,
+            // A lazy zero holds the leaves of the reverse value it is the zero of, unless its
+            // zero is known (`visit_leaves`); then only its booleans matter (the zero of a
+            // boolean is itself), and its reals are placeholders.
+            Av::Zero(of) if super::static_zero(of) => {
+                let mut inner = Vec::new();
+                self.slots(of, &mut inner)?;
+                let layout = self.layout(&of.shape())?;
+                out.extend(inner.into_iter().zip(layout).map(|(x, l)| match x {
+                    None => Some(l.dummy().to_string()),
+                    known => known,
+                }));
+            }
+            Av::Zero(of) => self.slots(of, out)?,
+        }
+        Ok(())
     }
 
-    /// Stores `leaves` as element `index` of flat array `arr`.
-    fn flat_store(&mut self, arr: &str, index: &str, layout: &[Leaf], leaves: &[String]) {
+    /// The slots of an element of value `e` and their layout.
+    fn elem_slots(&self, e: &Av) -> R<(Vec<Option<String>>, Vec<Leaf>)> {
+        let mut slots = Vec::new();
+        self.slots(e, &mut slots)?;
+        let layout = self.layout(&e.shape())?;
+        if slots.len() != layout.len() {
+            return self.unsupported("internal: an array element's slots");
+        }
+        Ok((slots, layout))
+    }
+
+    /// The number of slots of an element of value `e`.
+    fn elem_width(&self, e: &Av) -> R<usize> {
+        Ok(self.layout(&e.shape())?.len())
+    }
+
+    /// The C expressions of the leaves of element `index`, of value `e`, of flat array `arr`.
+    fn flat_elem(&self, arr: &str, index: &str, e: &Av) -> R<Vec<String>> {
+        let (slots, layout) = self.elem_slots(e)?;
         let k = layout.len();
-        for (j, (l, x)) in layout.iter().zip(leaves).enumerate() {
+        Ok(slots
+            .iter()
+            .zip(&layout)
+            .enumerate()
+            .filter(|(_, (x, _))| x.is_none())
+            .map(|(j, (_, l))| format!("{arr}->s[1 + {index} * {k} + {j}].{}", l.slot()))
+            .collect())
+    }
+
+    /// Stores `leaves`, the leaves of a value `e`, as element `index` of flat array `arr`.
+    fn flat_store(&mut self, arr: &str, index: &str, e: &Av, leaves: &[String]) -> R<()> {
+        let (slots, layout) = self.elem_slots(e)?;
+        let k = layout.len();
+        let mut leaves = leaves.iter();
+        for (j, (x, l)) in slots.iter().zip(&layout).enumerate() {
+            let x = match x {
+                Some(known) => known,
+                None => match leaves.next() {
+                    Some(leaf) => leaf,
+                    None => return self.unsupported("internal: an array element's leaves"),
+                },
+            };
             self.line(format!(
                 "{arr}->s[1 + {index} * {k} + {j}].{} = {x};",
                 l.slot()
             ));
         }
+        Ok(())
     }
 
     /// Opens `for (long I = 0; I < N; I++) {`; its index variable. `close_loop` closes it.
@@ -72,6 +147,117 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// The element value of an array value, whatever its tags.
+    fn array_elem(av: &Av) -> Option<&Av> {
+        match av {
+            Av::Array(_, e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The flat array of `to` elements whose element `i` has the leaves `f` gives for element
+    /// `i` of the flat array `src` (of `from` elements). Where `f` gives every element its own
+    /// leaves, in the same layout and without code, the result is `src` itself.
+    pub(super) fn map_flat(
+        &mut self,
+        src: &str,
+        from: &Av,
+        to: &Av,
+        mut f: impl FnMut(&mut Self, Val) -> R<Vec<String>>,
+    ) -> R<String> {
+        // The same array where the elements' slots hold the same values: the same known
+        // parts, and `f` giving each element its own leaves, without code.
+        if self.elem_slots(from)? == self.elem_slots(to)? {
+            let n = self.layout(from)?.len();
+            let probe: Vec<String> = (0..n).map(|j| format!("vl_probe{j}")).collect();
+            let outer = std::mem::take(&mut self.body);
+            let r = f(
+                self,
+                Val {
+                    av: from.clone(),
+                    leaves: probe.clone(),
+                },
+            );
+            let code = std::mem::replace(&mut self.body, outer);
+            if r? == probe && code.is_empty() {
+                return Ok(src.to_string());
+            }
+        }
+        let to_l = self.layout(to)?;
+        let n = self.fresh("n");
+        self.line(format!("long {n} = {src}->s[0].b;"));
+        let arr = self.fresh("b");
+        self.line(format!("V {arr} = vl_flat({n}, {});", self.elem_width(to)?));
+        let i = self.open_loop(&n);
+        let elem = Val {
+            av: from.clone(),
+            leaves: self.flat_elem(src, &i, from)?,
+        };
+        let leaves = f(self, elem)?;
+        if leaves.len() != to_l.len() {
+            return self.unsupported("internal: an array map gives another layout");
+        }
+        let leaves = self.bind_leaves(&to_l, leaves);
+        self.flat_store(&arr, &i, to, &leaves)?;
+        self.close_loop();
+        Ok(arr)
+    }
+
+    /// The flat array of `to` elements whose element `i` has the leaves `f` gives for elements
+    /// `i` of `x` and `y`, after checking that their lengths agree (the evaluator's error,
+    /// naming the operator `op`).
+    pub(super) fn zip_flat(
+        &mut self,
+        op: &str,
+        x: &Val,
+        y: &Val,
+        to: &Av,
+        mut f: impl FnMut(&mut Self, Val, Val) -> R<Vec<String>>,
+    ) -> R<String> {
+        let (Some(xe), Some(ye)) = (Self::array_elem(&x.av), Self::array_elem(&y.av)) else {
+            return self.unsupported("internal: a point-wise map of a non-array");
+        };
+        let to_l = self.layout(to)?;
+        let (xa, ya) = (&x.leaves[0], &y.leaves[0]);
+        let n = self.fresh("n");
+        self.line(format!("long {n} = {xa}->s[0].b;"));
+        self.line(format!(
+            "if ({ya}->s[0].b != {n}) vl_length_fail({}, {n}, {ya}->s[0].b);",
+            super::c_string(op)
+        ));
+        let arr = self.fresh("b");
+        self.line(format!("V {arr} = vl_flat({n}, {});", self.elem_width(to)?));
+        let i = self.open_loop(&n);
+        let a = Val {
+            av: xe.clone(),
+            leaves: self.flat_elem(xa, &i, xe)?,
+        };
+        let b = Val {
+            av: ye.clone(),
+            leaves: self.flat_elem(ya, &i, ye)?,
+        };
+        let leaves = f(self, a, b)?;
+        if leaves.len() != to_l.len() {
+            return self.unsupported("internal: an array map gives another layout");
+        }
+        let leaves = self.bind_leaves(&to_l, leaves);
+        self.flat_store(&arr, &i, to, &leaves)?;
+        self.close_loop();
+        Ok(arr)
+    }
+
+    /// The image under the primitive `p` of an element value (or of the pair of two).
+    pub(super) fn elem_image(&mut self, p: vlad_core::Prim, a: Av) -> R<Av> {
+        let r = self.prim_result(p, &a)?;
+        if r == Av::Bottom {
+            return self.unsupported(format!(
+                "internal: `{}` of an array element fails",
+                p.name()
+            ));
+        }
+        Ok(r)
+    }
+
     /// `(build n f)`: the length checked as the evaluator checks it, then `f` called on 0, 1,
     /// ... in order, each result stored as an element.
     pub(super) fn build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
@@ -81,26 +267,91 @@ impl Gen<'_, '_> {
         let (Some(nx), Some(e)) = (Self::real_expr(&n), Self::untagged_elem(out)) else {
             return self.unsupported("`build` whose length is not a real");
         };
-        let e = e.clone();
-        let layout = self.layout(&e)?;
         self.line(format!(
             "vl_check_count({site}, \"build\", \"length\", {nx});"
         ));
+        let e = e.clone();
+        self.build_loop(t, &nx, f, Av::real(), &e, out, site)
+    }
+
+    /// The forward version of `build` (`Target::ForwardBuild`), at the forward tags `t` of
+    /// its argument: the length is a forward real (checked on its innermost primal, described
+    /// whole in the error), and each index is the index lifted to `t`, whose tangents are
+    /// known zeros, so it has one leaf.
+    pub(super) fn forward_build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+        let Av::Pair(tags, n, f) = &a.av else {
+            return self.unsupported("a forward `build` of an argument that is not a pair");
+        };
+        let tags = *tags;
+        let mut parts = self.parts(&a, &[n, f])?;
+        let f = parts.pop().expect("two parts");
+        let n = parts.pop().expect("two parts");
+        let Some(e) = Self::array_elem(out).cloned() else {
+            return self.unsupported("a forward `build` that does not give an array");
+        };
+        let mut primal = n.clone();
+        for _ in 0..tags.depth() {
+            let Av::Bundle(p, d) = &primal.av else {
+                return self.unsupported("a forward `build` whose length is not a forward real");
+            };
+            let leaves = self.split(&[p, d], &primal.leaves)?.swap_remove(0);
+            primal = Val {
+                av: (**p).clone(),
+                leaves,
+            };
+        }
+        let Some(nx) = Self::real_expr(&primal) else {
+            return self.unsupported("a forward `build` whose length is not a forward real");
+        };
+        self.line(format!("if (!vl_count_ok({nx})) {{"));
+        self.indent += 1;
+        let b = self.boxed_for_display(&n)?;
+        self.line(format!(
+            "vl_count_fail({site}, \"build\", \"length\", {nx}, {b});"
+        ));
+        self.close_loop();
+        let index = self
+            .an
+            .lift_av(Av::real(), tags)
+            .map_err(super::flow_error)?;
+        if self.layout(&index)? != [super::Leaf::D] {
+            return self.unsupported("internal: a forward index of another layout");
+        }
+        self.build_loop(t, &nx, f, index, &e, out, site)
+    }
+
+    /// The loop of a `build` whose length `nx` was checked: element `i` is `f` applied to
+    /// the index, a value of `index_av` whose one leaf is `i`.
+    #[allow(clippy::too_many_arguments)]
+    fn build_loop(
+        &mut self,
+        t: &Target,
+        nx: &str,
+        f: Val,
+        index_av: Av,
+        e: &Av,
+        out: &Av,
+        site: i64,
+    ) -> R<Val> {
+        let layout = self.layout(e)?;
         let len = self.fresh("n");
         self.line(format!("long {len} = (long){nx};"));
         let arr = self.fresh("b");
-        self.line(format!("V {arr} = vl_flat({len}, {});", layout.len()));
+        self.line(format!(
+            "V {arr} = vl_flat({len}, {});",
+            self.elem_width(e)?
+        ));
         if *t != Target::Unreachable {
             let i = self.open_loop(&len);
             let index = Val {
-                av: Av::real(),
+                av: index_av,
                 leaves: vec![format!("(double){i}")],
             };
-            let r = self.apply(t, f, index, &e, site)?;
+            let r = self.apply(t, f, index, e, site)?;
             if r.av != Av::Bottom {
-                let r = self.coerce(r, &e)?;
+                let r = self.coerce(r, e)?;
                 let leaves = self.bind_leaves(&layout, r.leaves);
-                self.flat_store(&arr, &i, &layout, &leaves);
+                self.flat_store(&arr, &i, e, &leaves)?;
             }
             self.close_loop();
         }
@@ -177,8 +428,8 @@ impl Gen<'_, '_> {
         let Some((arr, i)) = self.two(&a, site)? else {
             return self.unsupported("`get` of an argument that is not a pair");
         };
-        let Some(e) = Self::untagged_elem(&arr.av).cloned() else {
-            return self.unsupported("`get` of a value that may not be an untagged array");
+        let Some(e) = Self::array_elem(&arr.av).cloned() else {
+            return self.unsupported("`get` of a value that may not be an array");
         };
         let Some(ix) = Self::real_expr(&i) else {
             return self.unsupported("`get` whose index is not a real");
@@ -186,17 +437,16 @@ impl Gen<'_, '_> {
         let a = &arr.leaves[0];
         let k = self.fresh("k");
         self.line(format!("long {k} = vl_index({site}, {ix}, {a}->s[0].b);"));
-        let layout = self.layout(&e)?;
         Ok(Val {
-            leaves: self.flat_elem(a, &k, &layout),
+            leaves: self.flat_elem(a, &k, &e)?,
             av: e,
         })
     }
 
     /// `(array-length a)`.
     pub(super) fn array_length(&mut self, a: Val) -> R<Val> {
-        if Self::untagged_elem(&a.av).is_none() {
-            return self.unsupported("`array-length` of a value that may not be an untagged array");
+        if Self::array_elem(&a.av).is_none() {
+            return self.unsupported("`array-length` of a value that may not be an array");
         }
         Ok(Val {
             av: Av::real(),
@@ -209,16 +459,15 @@ impl Gen<'_, '_> {
     pub(super) fn datum_leaves(&mut self, d: &Datum, to: &Av) -> R<Vec<String>> {
         match (d, to) {
             (Datum::Array(items), Av::Array(t, e)) if t.is_empty() => {
-                let layout = self.layout(e)?;
                 let arr = self.fresh("b");
                 self.line(format!(
                     "V {arr} = vl_flat({}, {});",
                     items.len(),
-                    layout.len()
+                    self.elem_width(e)?
                 ));
                 for (i, x) in items.iter().enumerate() {
                     let leaves = self.datum_leaves(x, e)?;
-                    self.flat_store(&arr, &i.to_string(), &layout, &leaves);
+                    self.flat_store(&arr, &i.to_string(), e, &leaves)?;
                 }
                 Ok(vec![arr])
             }
@@ -260,36 +509,33 @@ impl Gen<'_, '_> {
     }
 
     /// A flat array converted to another element value (a wider one: constants become
-    /// leaves, parts are boxed).
+    /// leaves, parts are boxed). Where the two have one shape, and every slot `to` knows
+    /// holds that value in `from`'s elements too, it is the same array.
     pub(super) fn coerce_array(&mut self, src: &str, from: &Av, to: &Av) -> R<Vec<String>> {
-        let (from_l, to_l) = (self.layout(from)?, self.layout(to)?);
-        let n = self.fresh("n");
-        self.line(format!("long {n} = {src}->s[0].b;"));
-        let arr = self.fresh("b");
-        self.line(format!("V {arr} = vl_flat({n}, {});", to_l.len()));
-        let i = self.open_loop(&n);
-        let elem = self.flat_elem(src, &i, &from_l);
-        let leaves = self.coerce_leaves(from, &elem, to)?;
-        let leaves = self.bind_leaves(&to_l, leaves);
-        self.flat_store(&arr, &i, &to_l, &leaves);
-        self.close_loop();
+        if from.shape() == to.shape() {
+            let (a, _) = self.elem_slots(from)?;
+            let (b, _) = self.elem_slots(to)?;
+            if a.iter().zip(&b).all(|(x, y)| y.is_none() || x == y) {
+                return Ok(vec![src.to_string()]);
+            }
+        }
+        let arr = self.map_flat(src, from, to, |s, e| s.coerce_leaves(from, &e.leaves, to))?;
         Ok(vec![arr])
     }
 
     /// A flat array boxed for printing or an error message (`VL_ARRAY`).
-    pub(super) fn box_array(&mut self, src: &str, e: &Av) -> R<String> {
+    pub(super) fn box_array(&mut self, src: &str, tags: Tags, e: &Av) -> R<String> {
         if !self.for_display {
             return self.unsupported("boxing an array");
         }
-        let layout = self.layout(e)?;
         let n = self.fresh("n");
         self.line(format!("long {n} = {src}->s[0].b;"));
         let b = self.fresh("b");
-        self.line(format!("V {b} = vl_boxed_array({n});"));
+        self.line(format!("V {b} = vl_boxed_array({n}, {}u);", tags.bits()));
         let i = self.open_loop(&n);
         let elem = Val {
             av: e.clone(),
-            leaves: self.flat_elem(src, &i, &layout),
+            leaves: self.flat_elem(src, &i, e)?,
         };
         let x = self.boxed_val(&elem)?;
         self.line(format!("{b}->s[1 + {i}].v = {x};"));
