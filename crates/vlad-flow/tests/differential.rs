@@ -3,7 +3,7 @@
 //! derivatives (nested), and arrays (inside derivatives too), built from a seeded grammar
 //! (`vlad-random`) so that most of them run without error. Each program is analysed,
 //! specialised and run by the executor; its value (printed) or its error (message and
-//! position) must be the evaluator's. 1,000 programs per run.
+//! position), and what it printed, must be the evaluator's. 1,000 programs per run.
 
 use std::path::Path;
 use vlad_core::Arena;
@@ -40,9 +40,11 @@ fn run_case(text: &str) -> Result<bool, String> {
             .core
             .map_err(|d| format!("does not expand: {}", d.message))?;
         ev.input = Input::from_numbers([]);
-        ev.output = Output::buffer().0;
+        let (out, printed) = Output::buffer();
+        ev.output = out;
         ev.steps = 0;
         let expected = ev.eval(core);
+        let expected_output = printed.borrow().clone();
         if matches!(&expected, Err(e) if e.message.contains("steps")) {
             continue;
         }
@@ -54,6 +56,8 @@ fn run_case(text: &str) -> Result<bool, String> {
         };
         let program = compiled.map_err(|e| format!("does not compile: {}", e.message))?;
         ev.steps = 0;
+        let (out, printed) = Output::buffer();
+        ev.output = out;
         let got = {
             let mut exec = vlad_flow::Executor::new(&mut ev, &program);
             exec.max_calls = Some(MAX_STEPS);
@@ -62,6 +66,12 @@ fn run_case(text: &str) -> Result<bool, String> {
         let got = outcome(got, &mut ev);
         if got != expected {
             return Err(format!("evaluator: {expected}\nspecialised: {got}"));
+        }
+        let got_output = printed.borrow().clone();
+        if got_output != expected_output {
+            return Err(format!(
+                "the evaluator printed:\n{expected_output}the specialised program printed:\n{got_output}"
+            ));
         }
     }
     Ok(value)
@@ -74,22 +84,25 @@ fn random_programs_agree_with_the_evaluator() {
         .spawn(|| {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             let mut failures = Vec::new();
-            let (mut values, mut reverse, mut arrays) = (0, 0, 0);
+            let (mut values, mut reverse, mut arrays, mut lists, mut prints) = (0, 0, 0, 0, 0);
             for case in 0..CASES {
                 let text = expression(&mut rng, 4, Arrays::Everywhere);
                 reverse += usize::from(text.contains("derivative-R"));
                 arrays += usize::from(text.contains("(build") || text.contains("(ifold"));
+                lists += usize::from(text.contains("(null? "));
+                prints += usize::from(text.contains("(write-real "));
                 match run_case(&text) {
                     Ok(v) => values += usize::from(v),
                     Err(why) => failures.push(format!("case {case}:\n{text}{why}\n")),
                 }
             }
-            (failures, values, reverse, arrays)
+            (failures, values, reverse, arrays, lists, prints)
         })
         .expect("thread");
-    let (failures, values, reverse, arrays) = handle.join().expect("no panic");
+    let (failures, values, reverse, arrays, lists, prints) = handle.join().expect("no panic");
     eprintln!(
-        "{CASES} random programs: {values} gave values, {reverse} use reverse mode, {arrays} arrays"
+        "{CASES} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
+         arrays, {lists} lists of unknown length, {prints} write-real"
     );
     // Not vacuous: most programs compute something, many differentiate in reverse mode, and
     // many use arrays (inside derivatives too).
@@ -102,6 +115,8 @@ fn random_programs_agree_with_the_evaluator() {
         "only {reverse} programs use reverse mode"
     );
     assert!(arrays >= CASES / 5, "only {arrays} programs use arrays");
+    assert!(lists >= CASES / 20, "only {lists} programs build lists");
+    assert!(prints >= CASES / 20, "only {prints} programs print");
     assert!(
         failures.is_empty(),
         "{} of {CASES} random programs differ:\n{}",

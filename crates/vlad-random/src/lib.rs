@@ -1,9 +1,9 @@
 //! Random VLAD programs from a seeded grammar, for differential tests of the faster paths
 //! (the specialised program, native code) against the evaluator, the oracle: real-valued
 //! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
-//! non-tail recursion, `real`, forward and reverse derivatives (nested; of functions of pairs
-//! and lists, of procedure-valued functions, through procedures passed to procedures) and, on
-//! request, arrays. The grammar keeps domains safe and trip counts small, so that most
+//! non-tail recursion, `real`, lists of unknown length, `write-real`, forward and reverse
+//! derivatives (nested; of functions of pairs and lists, of procedure-valued functions,
+//! through procedures passed to procedures) and, on request, arrays. The grammar keeps domains safe and trip counts small, so that most
 //! programs run without error and quickly.
 
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
@@ -84,15 +84,15 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
     }
     let d = depth - 1;
     // Forms 14-17 are the array forms; 18-20 take derivatives of procedures over pairs or
-    // procedures.
+    // procedures; 21 builds a list of unknown length, 22 prints.
     let form = if fresh.arrays {
-        let form = rng.below(21);
+        let form = rng.below(23);
         if fresh.in_forward && (14..=17).contains(&form) {
             fresh.forward_arrays += 1;
         }
         form
     } else {
-        match rng.below(17) {
+        match rng.below(19) {
             k @ 14.. => k + 4,
             k => k,
         }
@@ -258,6 +258,27 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
                 "(({mode} (lambda ({x}) (let (({ap} (lambda ({f}) ({f} (* 0.5 {x}))))) \
                  ({ap} (lambda ({y}) {body}))))) {a})"
             )
+        }
+        21 => {
+            // A list whose length is known only at run time, built by a loop and summed by
+            // another (the analysis boxes it).
+            let [lp, k, l, sm, m, acc] = ["loop", "k", "l", "sum", "m", "s"].map(|x| name(x, fresh));
+            vars.push(k.clone());
+            let e = real(rng, vars, d, fresh);
+            vars.pop();
+            format!(
+                "(let {lp} (({k} (real {})) ({l} '())) (if (< {k} 1) \
+                 (let {sm} (({m} {l}) ({acc} 0)) (if (null? {m}) {acc} \
+                 ({sm} (cdr {m}) (+ (* 0.5 {acc}) (car {m}))))) \
+                 ({lp} (- {k} 1) (cons {e} {l}))))",
+                rng.below(5)
+            )
+        }
+        22 => {
+            // Output: the value printed, then returned (inside derivatives too, where the
+            // forward and reverse versions of `write-real` print the primal).
+            let e = real(rng, vars, d, fresh);
+            format!("(write-real {e})")
         }
         _ => {
             // A closure returned by a procedure and called later.
