@@ -2058,10 +2058,10 @@ impl Gen<'_, '_> {
                 self.line(format!("vl_write_value({b});"));
                 a
             }
-            Prim::Get => self.get(a, site)?,
+            Prim::Get => self.get(a, out, site)?,
             Prim::ArrayLength => {
                 let a = self.force(a)?;
-                self.array_length(a)?
+                self.array_length(a, site)?
             }
             _ => return self.ad_prim(p, a, out),
         };

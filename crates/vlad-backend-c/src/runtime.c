@@ -78,9 +78,10 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
 /* ---- arrays (untagged). An array whose elements have one abstract value is *flat*: slot 0
    holds its length n, and element i's leaves (the element's layout, k of them: aux) are slots
    1 + i*k ... i*k + k. The generated code reads and writes them; for printing or an error
-   message it is boxed into a VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots
-   1..n the boxed elements). Boxed arrays exist for display only: no AD operator or dispatch
-   sees one. */
+   message, or where it becomes part of a boxed value (a list of arrays whose length is known
+   only at run time), it is boxed into a VL_ARRAY (aux its AD tags, as a pair's; slot 0 the
+   length, slots 1..n the boxed elements), which the AD operators below map element by
+   element. */
 static V vl_flat(long n, unsigned k) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
@@ -411,6 +412,21 @@ static inline long vl_index(int site, double r, long n) {
   vl_index_fail(site, r, n);
   return 0;
 }
+/* `get` and `array-length` of a boxed value (a VL_ARRAY, else the evaluator's error). */
+static void vl_not_array(int site, const char *op, V a) {
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, op); vl_put(&b, ": expected an array, got ");
+  vl_describe(&b, a);
+  vl_fail_at(site, b.p);
+}
+static V vl_boxed_get(int site, V a, double r) {
+  if (a->kind != VL_ARRAY) vl_not_array(site, "get", a);
+  return a->s[1 + vl_index(site, r, a->s[0].b)].v;
+}
+static double vl_boxed_length(int site, V a) {
+  if (a->kind != VL_ARRAY) vl_not_array(site, "array-length", a);
+  return (double)a->s[0].b;
+}
 static double vl_to_real(V v, int site, const char *prim) {
   if (v->kind == VL_REAL) return v->s[0].d;
   vl_buf b = {0, 0, 0};
@@ -468,9 +484,22 @@ static void vl_ad_fail(const char *op, const char *what, V v) {
   vl_describe(&b, v);
   vl_fail_at(-1, b.p);
 }
+/* Returns a boxed array of SRC's length with AD tags TAGS whose element i_ is ELEM, an
+   expression of SRC's element x_ (and of i_). */
+#define VL_ARRAY_MAP(SRC, TAGS, ELEM)                                       \
+  do {                                                                      \
+    V o_ = vl_boxed_array((SRC)->s[0].b, (TAGS));                           \
+    for (long i_ = 0; i_ < (SRC)->s[0].b; i_++) {                           \
+      V x_ = (SRC)->s[1 + i_].v;                                            \
+      (void)x_;                                                             \
+      o_->s[1 + i_].v = (ELEM);                                             \
+    }                                                                       \
+    return o_;                                                              \
+  } while (0)
 static V vl_ad_tag(V v, unsigned tag) {
   if (v->kind == VL_CLOSURE) return vl_map_closure((int)tag, v);
   vl_no_procedure(v);
+  if (v->kind == VL_ARRAY) VL_ARRAY_MAP(v, vl_tags_push(v->aux, tag), vl_ad_tag(x_, tag));
   if (v->kind == VL_PAIR)
     return vl_pair(vl_tags_push(v->aux, tag), vl_ad_tag(v->s[0].v, tag), vl_ad_tag(v->s[1].v, tag));
   return vl_tagged(tag, v);
@@ -481,6 +510,8 @@ static V vl_ad_untag(V v, unsigned tag, const char *op) {
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
   if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
     return vl_pair(vl_tags_pop(v->aux), vl_ad_untag(v->s[0].v, tag, op), vl_ad_untag(v->s[1].v, tag, op));
+  if (v->kind == VL_ARRAY && vl_top(v) == (int)tag)
+    VL_ARRAY_MAP(v, vl_tags_pop(v->aux), vl_ad_untag(x_, tag, op));
   vl_ad_fail(op, tag == VL_PERTURBATION ? "a perturbation value" : tag == VL_SENSITIVITY ? "a sensitivity value" : "a reverse value", v);
   return v;
 }
@@ -492,6 +523,10 @@ static V vl_ad_split(V v, int tangent) {
     unsigned rest = vl_tags_pop(v->aux);
     return vl_pair(tangent ? vl_tags_push(rest, VL_PERTURBATION) : rest, vl_ad_split(v->s[0].v, tangent),
                    vl_ad_split(v->s[1].v, tangent));
+  }
+  if (v->kind == VL_ARRAY && vl_top(v) == VL_FORWARD) {
+    unsigned rest = vl_tags_pop(v->aux);
+    VL_ARRAY_MAP(v, tangent ? vl_tags_push(rest, VL_PERTURBATION) : rest, vl_ad_split(x_, tangent));
   }
   vl_ad_fail(tangent ? "tangent" : "primal", "a forward value", v);
   return v;
@@ -507,7 +542,9 @@ static void vl_length_fail(const char *op, long a, long b) {
   snprintf(m, sizeof m, "%s: the arrays have different lengths (%ld and %ld)", op, a, b);
   vl_fail_at(-1, m);
 }
-static int vl_scalar(V v) { return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM; }
+static int vl_scalar(V v) {
+  return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM && v->kind != VL_ARRAY;
+}
 static V vl_ad_bundle(V p, V t) {
   if (p->kind == VL_CLOSURE) return vl_map_bundle(p, t);
   vl_no_procedure(p);
@@ -517,6 +554,10 @@ static V vl_ad_bundle(V p, V t) {
   if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION))
     return vl_pair(vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(p->s[0].v, t->s[0].v),
                    vl_ad_bundle(p->s[1].v, t->s[1].v));
+  if (p->kind == VL_ARRAY && t->kind == VL_ARRAY && t->aux == vl_tags_push(p->aux, VL_PERTURBATION)) {
+    if (p->s[0].b != t->s[0].b) vl_length_fail("bundle", p->s[0].b, t->s[0].b);
+    VL_ARRAY_MAP(p, vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(x_, t->s[1 + i_].v));
+  }
   vl_shape_fail("bundle", p, t);
   return p;
 }
@@ -532,6 +573,7 @@ static V vl_as_zero(V v) {
   switch (v->kind) {
   case VL_REAL: case VL_TAGGED: n = 1; break;
   case VL_PAIR: case VL_BUNDLE: n = 2; break;
+  case VL_ARRAY: n = 1 + (int)v->s[0].b; break;
   case VL_CLOSURE:
     if (!vl_code_slots[v->aux]) return v;
     n = (int)strlen(vl_code_slots[v->aux]);
@@ -570,6 +612,10 @@ static V vl_ad_plus(V a, V b) {
     return vl_tagged(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v));
   if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE)
     return vl_bundle(vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
+  if (a->kind == VL_ARRAY && b->kind == VL_ARRAY && a->aux == b->aux) {
+    if (a->s[0].b != b->s[0].b) vl_length_fail("plus", a->s[0].b, b->s[0].b);
+    VL_ARRAY_MAP(a, a->aux, vl_ad_plus(x_, b->s[1 + i_].v));
+  }
   vl_shape_fail("plus", a, b);
   return a;
 }
@@ -594,6 +640,7 @@ static V vl_ad_zero(V v, int sensitivity) {
   case VL_PAIR: return vl_pair(v->aux, vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
   case VL_BUNDLE: return vl_bundle(vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
   case VL_TAGGED: return vl_tagged(v->aux, vl_ad_zero(v->s[0].v, sensitivity));
+  case VL_ARRAY: VL_ARRAY_MAP(v, v->aux, vl_ad_zero(x_, sensitivity));
   default: return v;
   }
 }
@@ -607,6 +654,11 @@ static int vl_equal_data(V a, V b) {
   case VL_PAIR: return a->aux == b->aux && vl_equal_data(a->s[0].v, b->s[0].v) && vl_equal_data(a->s[1].v, b->s[1].v);
   case VL_BUNDLE: return vl_equal_data(a->s[0].v, b->s[0].v) && vl_equal_data(a->s[1].v, b->s[1].v);
   case VL_TAGGED: return a->aux == b->aux && vl_equal_data(a->s[0].v, b->s[0].v);
+  case VL_ARRAY:
+    if (a->aux != b->aux || a->s[0].b != b->s[0].b) return 0;
+    for (long i = 0; i < a->s[0].b; i++)
+      if (!vl_equal_data(a->s[1 + i].v, b->s[1 + i].v)) return 0;
+    return 1;
   default: return 0;
   }
 }
@@ -619,6 +671,8 @@ static V vl_zero_sens1(V of) {
   if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
     return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),
                    vl_zero_sens(of->s[1].v));
+  if (of->kind == VL_ARRAY && vl_top(of) == VL_REVERSE)
+    VL_ARRAY_MAP(of, vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(x_));
   return vl_ad_tag(vl_ad_zero(vl_ad_untag(of, VL_REVERSE, "zero"), 1), VL_SENSITIVITY);
 }
 static V vl_ad_shallow_primal(V v) {
@@ -629,6 +683,10 @@ static V vl_ad_shallow_primal(V v) {
   case VL_TAGGED: return v->s[0].v;
   case VL_PAIR:
     if (v->aux >> 28) return vl_pair(vl_tags_pop(v->aux), v->s[0].v, v->s[1].v);
+    break;
+  case VL_ARRAY:
+    if (v->aux >> 28) VL_ARRAY_MAP(v, vl_tags_pop(v->aux), x_);
+    break;
   }
   vl_ad_fail("primal", "a forward or reverse value", v);
   return v;

@@ -469,7 +469,7 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
     let mut rng = vlad_random::Rng(seed);
     let (mut reverse, mut arrays, mut forward_arrays, mut failures) = (0, 0, 0, Vec::new());
-    let (mut lists, mut prints) = (0, 0);
+    let (mut lists, mut prints, mut list_arrays) = (0, 0, 0);
     for n in 0..files {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
@@ -483,6 +483,7 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
             arrays += usize::from(e.contains("(build") || e.contains("(ifold"));
             lists += usize::from(e.contains("(null? "));
             prints += usize::from(e.contains("(write-real "));
+            list_arrays += usize::from(e.contains("(get (car "));
             exprs.push(e.to_string());
         }
         let file = program(
@@ -541,12 +542,16 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     // some use arrays inside forward derivatives.
     eprintln!(
         "{} random programs: {reverse} use reverse mode, {arrays} arrays, \
-         {forward_arrays} arrays inside forward derivatives, {lists} lists of unknown length, \
-         {prints} write-real",
+         {forward_arrays} arrays inside forward derivatives, {lists} lists of unknown length \
+         ({list_arrays} of arrays), {prints} write-real",
         files * PER_FILE
     );
     assert!(lists >= files * PER_FILE / 20, "only {lists} build lists");
     assert!(prints >= files * PER_FILE / 20, "only {prints} print");
+    assert!(
+        list_arrays >= files * PER_FILE / 50,
+        "only {list_arrays} build lists of arrays"
+    );
     assert!(
         forward_arrays >= files * PER_FILE / 20,
         "only {forward_arrays} use arrays inside forward derivatives"
@@ -667,6 +672,30 @@ fn compiled_errors_match_the_evaluator() {
         (
             "bundle-lengths.vlad",
             "(bundle (build (real 2) (lambda (i) i)) (perturb (build (real 3) (lambda (i) i))))\n",
+        ),
+        // Boxed arrays (in a list whose length is known only at run time): an index out of
+        // range, `array-length` and `get` of a boxed value that is not an array, `bundle` of
+        // boxed arrays of different lengths.
+        (
+            "boxed-range.vlad",
+            "(define (pts k) (if (< k 1) '() (cons (build 3 (lambda (j) (+ k j))) (pts (- k 1)))))\n\
+             (let (((cons p ps) (pts (real 4)))) (get p 1))\n\
+             (let (((cons p ps) (pts (real 4)))) (get p 10))\n",
+        ),
+        (
+            "boxed-length.vlad",
+            "(define (xs k) (if (< k 1) '() (cons k (xs (- k 1)))))\n\
+             (let (((cons x rest) (xs (real 4)))) (array-length x))\n",
+        ),
+        (
+            "boxed-get.vlad",
+            "(define (xs k) (if (< k 1) '() (cons k (xs (- k 1)))))\n\
+             (let (((cons x rest) (xs (real 4)))) (get x 0))\n",
+        ),
+        (
+            "boxed-bundle.vlad",
+            "(define (pts k n) (if (< k 1) '() (cons (build n (lambda (j) (+ k j))) (pts (- k 1) n))))\n\
+             (bundle (pts (real 2) 3) (perturb (pts (real 2) 2)))\n",
         ),
         (
             "plus-lengths.vlad",

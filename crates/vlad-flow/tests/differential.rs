@@ -85,24 +85,34 @@ fn random_programs_agree_with_the_evaluator() {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             let mut failures = Vec::new();
             let (mut values, mut reverse, mut arrays, mut lists, mut prints) = (0, 0, 0, 0, 0);
+            let mut list_arrays = 0;
             for case in 0..CASES {
                 let text = expression(&mut rng, 4, Arrays::Everywhere);
                 reverse += usize::from(text.contains("derivative-R"));
                 arrays += usize::from(text.contains("(build") || text.contains("(ifold"));
                 lists += usize::from(text.contains("(null? "));
                 prints += usize::from(text.contains("(write-real "));
+                list_arrays += usize::from(text.contains("(get (car "));
                 match run_case(&text) {
                     Ok(v) => values += usize::from(v),
                     Err(why) => failures.push(format!("case {case}:\n{text}{why}\n")),
                 }
             }
-            (failures, values, reverse, arrays, lists, prints)
+            (
+                failures,
+                values,
+                reverse,
+                arrays,
+                (lists, list_arrays),
+                prints,
+            )
         })
         .expect("thread");
-    let (failures, values, reverse, arrays, lists, prints) = handle.join().expect("no panic");
+    let (failures, values, reverse, arrays, (lists, list_arrays), prints) =
+        handle.join().expect("no panic");
     eprintln!(
         "{CASES} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
-         arrays, {lists} lists of unknown length, {prints} write-real"
+         arrays, {lists} lists of unknown length ({list_arrays} of arrays), {prints} write-real"
     );
     // Not vacuous: most programs compute something, many differentiate in reverse mode, and
     // many use arrays (inside derivatives too).
@@ -117,6 +127,10 @@ fn random_programs_agree_with_the_evaluator() {
     assert!(arrays >= CASES / 5, "only {arrays} programs use arrays");
     assert!(lists >= CASES / 20, "only {lists} programs build lists");
     assert!(prints >= CASES / 20, "only {prints} programs print");
+    assert!(
+        list_arrays >= CASES / 50,
+        "only {list_arrays} programs build lists of arrays"
+    );
     assert!(
         failures.is_empty(),
         "{} of {CASES} random programs differ:\n{}",

@@ -261,15 +261,27 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
         }
         21 => {
             // A list whose length is known only at run time, built by a loop and summed by
-            // another (the analysis boxes it).
-            let [lp, k, l, sm, m, acc] = ["loop", "k", "l", "sum", "m", "s"].map(|x| name(x, fresh));
+            // another (the analysis boxes it); where arrays may be, half the time a list of
+            // arrays (boxed arrays), summed by an element of each.
+            let [lp, k, l, sm, m, acc] =
+                ["loop", "k", "l", "sum", "m", "s"].map(|x| name(x, fresh));
             vars.push(k.clone());
-            let e = real(rng, vars, d, fresh);
+            let (e, read) = if fresh.arrays && rng.below(2) == 0 {
+                let (j, e) = index_body(rng, vars, d, fresh);
+                let at = rng.below(2);
+                let at = maybe_unknown(rng, at);
+                (
+                    format!("(build 2 (lambda ({j}) {e}))"),
+                    format!("(get (car {m}) {at})"),
+                )
+            } else {
+                (real(rng, vars, d, fresh), format!("(car {m})"))
+            };
             vars.pop();
             format!(
                 "(let {lp} (({k} (real {})) ({l} '())) (if (< {k} 1) \
                  (let {sm} (({m} {l}) ({acc} 0)) (if (null? {m}) {acc} \
-                 ({sm} (cdr {m}) (+ (* 0.5 {acc}) (car {m}))))) \
+                 ({sm} (cdr {m}) (+ (* 0.5 {acc}) {read})))) \
                  ({lp} (- {k} 1) (cons {e} {l}))))",
                 rng.below(5)
             )

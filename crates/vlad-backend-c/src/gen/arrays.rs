@@ -14,9 +14,11 @@
 //! never mutated after they are built, so a literal is built once, at start-up, like a boxed
 //! constant.
 //!
-//! An array is boxed (`VL_ARRAY`, elements boxed) only to be printed or described in an error;
-//! converting one to `Dyn` for the program's own use is refused, so boxed values (and the
-//! runtime's AD operators and dispatches on them) never meet an array.
+//! An array is boxed (`VL_ARRAY`, elements boxed) to be printed or described in an error, and
+//! where it becomes part of a boxed value (an element of a list whose length is known only at
+//! run time). `get` and `array-length` of a boxed value, and the runtime's AD operators, take
+//! boxed arrays; a boxed array is never unboxed (the analysis keeps anything that was boxed
+//! boxed).
 //!
 //! **AD tags.** A tagged array is tagged structurally (its element value carries the tags), so
 //! it has the same flat layout. The AD operators map it element by element (`map_flat`,
@@ -51,8 +53,10 @@ impl Gen<'_, '_> {
             }
             Av::Tagged(_, x) => self.slots(x, out)?,
             // A lazy zero holds the leaves of the reverse value it is the zero of, unless its
-            // zero is known (`visit_leaves`); then only its booleans matter (the zero of a
-            // boolean is itself), and its reals are placeholders.
+            // zero is known (`visit_leaves`): then it has slots only if its shape's zero is
+            // not known (known booleans, whose zero is themselves), and its reals are
+            // placeholders there.
+            Av::Zero(of) if super::static_zero(&of.shape()) => {}
             Av::Zero(of) if super::static_zero(of) => {
                 let mut inner = Vec::new();
                 self.slots(of, &mut inner)?;
@@ -73,6 +77,9 @@ impl Gen<'_, '_> {
         self.slots(e, &mut slots)?;
         let layout = self.layout(&e.shape())?;
         if slots.len() != layout.len() {
+            if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                eprintln!("slots of {e:?}: {slots:?}\n  shape layout {layout:?}");
+            }
             return self.unsupported("internal: an array element's slots");
         }
         Ok((slots, layout))
@@ -424,15 +431,23 @@ impl Gen<'_, '_> {
 
     /// `(get a i)`: the index checked against the length (the evaluator's errors), then the
     /// element's leaves read in place.
-    pub(super) fn get(&mut self, a: Val, site: i64) -> R<Val> {
+    pub(super) fn get(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
         let Some((arr, i)) = self.two(&a, site)? else {
             return self.unsupported("`get` of an argument that is not a pair");
         };
-        let Some(e) = Self::array_elem(&arr.av).cloned() else {
-            return self.unsupported("`get` of a value that may not be an array");
-        };
         let Some(ix) = Self::real_expr(&i) else {
             return self.unsupported("`get` whose index is not a real");
+        };
+        if let (Av::Dyn(_), Av::Dyn(_)) = (&arr.av, out) {
+            // A boxed array (or not an array: the evaluator's error).
+            let t = self.runtime_v(format!("vl_boxed_get({site}, {}, {ix})", arr.leaves[0]));
+            return Ok(Val {
+                av: out.clone(),
+                leaves: vec![t],
+            });
+        }
+        let Some(e) = Self::array_elem(&arr.av).cloned() else {
+            return self.unsupported("`get` of a value that may not be an array");
         };
         let a = &arr.leaves[0];
         let k = self.fresh("k");
@@ -444,7 +459,13 @@ impl Gen<'_, '_> {
     }
 
     /// `(array-length a)`.
-    pub(super) fn array_length(&mut self, a: Val) -> R<Val> {
+    pub(super) fn array_length(&mut self, a: Val, site: i64) -> R<Val> {
+        if let Av::Dyn(_) = a.av {
+            return Ok(Val {
+                av: Av::real(),
+                leaves: vec![format!("vl_boxed_length({site}, {})", a.leaves[0])],
+            });
+        }
         if Self::array_elem(&a.av).is_none() {
             return self.unsupported("`array-length` of a value that may not be an array");
         }
@@ -523,11 +544,9 @@ impl Gen<'_, '_> {
         Ok(vec![arr])
     }
 
-    /// A flat array boxed for printing or an error message (`VL_ARRAY`).
+    /// A flat array boxed (`VL_ARRAY`, each element boxed): for printing or an error
+    /// message, or as part of a boxed value.
     pub(super) fn box_array(&mut self, src: &str, tags: Tags, e: &Av) -> R<String> {
-        if !self.for_display {
-            return self.unsupported("boxing an array");
-        }
         let n = self.fresh("n");
         self.line(format!("long {n} = {src}->s[0].b;"));
         let b = self.fresh("b");
