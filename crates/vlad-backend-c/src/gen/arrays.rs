@@ -190,17 +190,30 @@ impl Gen<'_, '_> {
                 return Ok(src.to_string());
             }
         }
-        let to_l = self.layout(to)?;
         let n = self.fresh("n");
         self.line(format!("long {n} = {src}->s[0].b;"));
+        self.flat_loop(&n, to, |s, i| {
+            let elem = Val {
+                av: from.clone(),
+                leaves: s.flat_elem(src, i, from)?,
+            };
+            f(s, elem)
+        })
+    }
+
+    /// A new flat array of `n` elements of value `to`, element `i` the leaves `elem` gives
+    /// (its code in a C loop over `i`).
+    fn flat_loop(
+        &mut self,
+        n: &str,
+        to: &Av,
+        elem: impl FnOnce(&mut Self, &str) -> R<Vec<String>>,
+    ) -> R<String> {
+        let to_l = self.layout(to)?;
         let arr = self.fresh("b");
         self.line(format!("V {arr} = vl_flat({n}, {});", self.elem_width(to)?));
-        let i = self.open_loop(&n);
-        let elem = Val {
-            av: from.clone(),
-            leaves: self.flat_elem(src, &i, from)?,
-        };
-        let leaves = f(self, elem)?;
+        let i = self.open_loop(n);
+        let leaves = elem(self, &i)?;
         if leaves.len() != to_l.len() {
             return self.unsupported("internal: an array map gives another layout");
         }
@@ -224,7 +237,6 @@ impl Gen<'_, '_> {
         let (Some(xe), Some(ye)) = (Self::array_elem(&x.av), Self::array_elem(&y.av)) else {
             return self.unsupported("internal: a point-wise map of a non-array");
         };
-        let to_l = self.layout(to)?;
         let (xa, ya) = (&x.leaves[0], &y.leaves[0]);
         let n = self.fresh("n");
         self.line(format!("long {n} = {xa}->s[0].b;"));
@@ -232,25 +244,17 @@ impl Gen<'_, '_> {
             "if ({ya}->s[0].b != {n}) vl_length_fail({}, {n}, {ya}->s[0].b);",
             super::c_string(op)
         ));
-        let arr = self.fresh("b");
-        self.line(format!("V {arr} = vl_flat({n}, {});", self.elem_width(to)?));
-        let i = self.open_loop(&n);
-        let a = Val {
-            av: xe.clone(),
-            leaves: self.flat_elem(xa, &i, xe)?,
-        };
-        let b = Val {
-            av: ye.clone(),
-            leaves: self.flat_elem(ya, &i, ye)?,
-        };
-        let leaves = f(self, a, b)?;
-        if leaves.len() != to_l.len() {
-            return self.unsupported("internal: an array map gives another layout");
-        }
-        let leaves = self.bind_leaves(&to_l, leaves);
-        self.flat_store(&arr, &i, to, &leaves)?;
-        self.close_loop();
-        Ok(arr)
+        self.flat_loop(&n, to, |s, i| {
+            let a = Val {
+                av: xe.clone(),
+                leaves: s.flat_elem(xa, i, xe)?,
+            };
+            let b = Val {
+                av: ye.clone(),
+                leaves: s.flat_elem(ya, i, ye)?,
+            };
+            f(s, a, b)
+        })
     }
 
     /// The image under the primitive `p` of an element value (or of the pair of two).
