@@ -13,7 +13,16 @@ use vlad_random::{expression, Arrays, Rng};
 use vlad_syntax::program::{build, load_str};
 use vlad_syntax::SourceMap;
 
-const CASES: usize = 1000;
+/// Programs per run; `VLAD_RANDOM_CASES` and `VLAD_RANDOM_SEED` change how many and which,
+/// for longer runs by hand.
+const DEFAULT_CASES: usize = 1000;
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
 const MAX_STEPS: u64 = 2_000_000;
 
 /// What a run gave: the printed value, or the error and its position.
@@ -79,14 +88,15 @@ fn run_case(text: &str) -> Result<bool, String> {
 
 #[test]
 fn random_programs_agree_with_the_evaluator() {
+    let cases = setting("VLAD_RANDOM_CASES", DEFAULT_CASES as u64) as usize;
     let handle = std::thread::Builder::new()
         .stack_size(1 << 30)
-        .spawn(|| {
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        .spawn(move || {
+            let mut rng = Rng(setting("VLAD_RANDOM_SEED", 0x9e37_79b9_7f4a_7c15) | 1);
             let mut failures = Vec::new();
             let (mut values, mut reverse, mut arrays, mut lists, mut prints) = (0, 0, 0, 0, 0);
             let mut list_arrays = 0;
-            for case in 0..CASES {
+            for case in 0..cases {
                 let text = expression(&mut rng, 4, Arrays::Everywhere);
                 reverse += usize::from(text.contains("derivative-R"));
                 arrays += usize::from(text.contains("(build") || text.contains("(ifold"));
@@ -111,29 +121,29 @@ fn random_programs_agree_with_the_evaluator() {
     let (failures, values, reverse, arrays, (lists, list_arrays), prints) =
         handle.join().expect("no panic");
     eprintln!(
-        "{CASES} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
+        "{cases} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
          arrays, {lists} lists of unknown length ({list_arrays} of arrays), {prints} write-real"
     );
     // Not vacuous: most programs compute something, many differentiate in reverse mode, and
     // many use arrays (inside derivatives too).
     assert!(
-        values >= CASES * 8 / 10,
+        values >= cases * 8 / 10,
         "only {values} programs gave values"
     );
     assert!(
-        reverse >= CASES / 5,
+        reverse >= cases / 5,
         "only {reverse} programs use reverse mode"
     );
-    assert!(arrays >= CASES / 5, "only {arrays} programs use arrays");
-    assert!(lists >= CASES / 20, "only {lists} programs build lists");
-    assert!(prints >= CASES / 20, "only {prints} programs print");
+    assert!(arrays >= cases / 5, "only {arrays} programs use arrays");
+    assert!(lists >= cases / 20, "only {lists} programs build lists");
+    assert!(prints >= cases / 20, "only {prints} programs print");
     assert!(
-        list_arrays >= CASES / 50,
+        list_arrays >= cases / 50,
         "only {list_arrays} programs build lists of arrays"
     );
     assert!(
         failures.is_empty(),
-        "{} of {CASES} random programs differ:\n{}",
+        "{} of {cases} random programs differ:\n{}",
         failures.len(),
         failures.join("\n")
     );
