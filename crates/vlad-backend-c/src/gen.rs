@@ -583,7 +583,7 @@ pub fn generate(
         if f.is_none() {
             continue;
         }
-        let (sig, text) = g.function(k)?;
+        let (sig, text) = g.function(k).map_err(|u| g.placed(u))?;
         sigs.push(sig);
         texts.push((k, text));
     }
@@ -694,6 +694,69 @@ pub fn generate(
 }
 
 impl Gen<'_, '_> {
+    /// `u` placed in the user's program: a reason found in built-in code (a prelude function,
+    /// an AD primitive's version) is reported at a call in the user's program that leads to
+    /// the function being generated, as the evaluator reports errors in built-in code; the
+    /// internal primitives of reverse-mode arrays are named as what the user wrote.
+    fn placed(&self, u: Unsupported) -> Unsupported {
+        let reason = if [
+            "%onehot-sensitivity",
+            "%list->array-rev",
+            "%array->list-rev",
+        ]
+        .iter()
+        .any(|p| u.reason.contains(&format!("`{p}`")))
+        {
+            format!(
+                "reverse-mode derivatives through arrays (`get` or `build` in a procedure \
+                 differentiated in reverse mode) are not compiled yet ({})",
+                u.reason
+            )
+        } else {
+            u.reason
+        };
+        if (self.render)(u.span).is_some() || self.key == usize::MAX {
+            return Unsupported {
+                span: u.span,
+                reason,
+            };
+        }
+        Unsupported {
+            span: self.user_call_reaching(self.key).unwrap_or(u.span),
+            reason,
+        }
+    }
+
+    /// A call in the user's program from which function `k` is reached (the nearest, by the
+    /// fewest calls), if any.
+    fn user_call_reaching(&self, k: usize) -> Option<Span> {
+        let mut callers: HashMap<usize, Vec<(usize, ExprId)>> = HashMap::new();
+        for ((caller, e), t) in &self.prog.targets {
+            let mut callees = Vec::new();
+            t.keys(&mut callees);
+            for c in callees {
+                callers.entry(c).or_default().push((*caller, *e));
+            }
+        }
+        let mut seen = HashSet::from([k]);
+        let mut queue = std::collections::VecDeque::from([k]);
+        while let Some(f) = queue.pop_front() {
+            let mut sites = callers.get(&f).cloned().unwrap_or_default();
+            sites.sort();
+            for (caller, e) in sites {
+                if let Expr::App(_, _, span) = self.an.ev.arena.get(e) {
+                    if (self.render)(*span).is_some() {
+                        return Some(*span);
+                    }
+                }
+                if seen.insert(caller) {
+                    queue.push_back(caller);
+                }
+            }
+        }
+        None
+    }
+
     fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
         Err(Unsupported {
             span: self.span,

@@ -250,6 +250,12 @@ fn run_falls_back_to_the_evaluator_with_a_reason() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "#(1 0)\n");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not compiled to native code"), "{err}");
+    // The reason names what the user wrote, at a place in the user's program (not "in
+    // built-in code", where the primitive that is not compiled lives).
+    assert!(
+        err.contains("reverse-mode derivatives through arrays") && err.contains("a.vlad:2:"),
+        "{err}"
+    );
 }
 
 #[test]
