@@ -573,6 +573,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("loop", ""),
     ("forward", ""),
     ("reverse-loop", "7\n"),
+    ("forward-build", "4\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the
