@@ -2388,8 +2388,7 @@ impl Gen<'_, '_> {
                 self.map_parts(v, |s, x| s.split_forward(x, tangent))?
             }
             Av::Array(_, e) => {
-                let p = if tangent { Prim::Tangent } else { Prim::Primal };
-                let to = self.elem_image(p, (**e).clone())?;
+                let to = self.map_image(MapKind::Split(tangent), e)?;
                 let src = &v.leaves[0];
                 vec![self.map_flat(src, e, &to, |s, x| s.split_forward(&x, tangent))?]
             }
@@ -2600,12 +2599,7 @@ impl Gen<'_, '_> {
             }
             Av::Pair(..) | Av::Closure(..) => self.map_parts(&v, |s, x| s.tag_leaves(x, tag))?,
             Av::Array(_, e) => {
-                let p = match tag {
-                    Tag::Perturbation => Prim::Perturb,
-                    Tag::Sensitivity => Prim::Sensitize,
-                    _ => Prim::StarJ,
-                };
-                let to = self.elem_image(p, (**e).clone())?;
+                let to = self.map_image(MapKind::Tag(tag), e)?;
                 vec![self.map_flat(&v.leaves[0], e, &to, |s, x| s.tag_leaves(&x, tag))?]
             }
             _ => v.leaves.clone(),
@@ -2630,12 +2624,7 @@ impl Gen<'_, '_> {
                 self.map_parts(&v, |s, x| s.untag_leaves(x, tag, name))?
             }
             Av::Array(_, e) => {
-                let p = match tag {
-                    Tag::Perturbation => Prim::Unperturb,
-                    Tag::Sensitivity => Prim::Unsensitize,
-                    _ => Prim::StarJInverse,
-                };
-                let to = self.elem_image(p, (**e).clone())?;
+                let to = self.map_image(MapKind::Untag(tag), e)?;
                 let src = &v.leaves[0];
                 vec![self.map_flat(src, e, &to, |s, x| s.untag_leaves(&x, tag, name))?]
             }

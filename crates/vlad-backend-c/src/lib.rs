@@ -19,9 +19,10 @@
 //! the leaves; `bundle` interleaves its arguments' leaves, `primal` and `tangent` select them,
 //! `plus` adds them, and zeros are known at compile time.
 //!
-//! Arrays without AD tags are flat runtime objects (`gen/arrays.rs`). What the backend cannot
-//! compile yet (arrays with AD tags, boxed arrays, ...) is reported as `Unsupported` with a
-//! reason and a position; `vlad run` then falls back to the evaluator.
+//! Arrays are flat runtime objects (`gen/arrays.rs`), untagged or in forward mode, and boxed
+//! where they are part of a boxed value. What the backend cannot compile yet (arrays in
+//! reverse mode, ...) is reported as `Unsupported` with a reason and a position in the user's
+//! program; `vlad run` then falls back to the evaluator.
 
 mod gen;
 mod units;

@@ -75,13 +75,13 @@ static V vl_obj(int kind, unsigned aux, int n) {
 }
 static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
 
-/* ---- arrays. An array whose elements have one abstract value is *flat*: slot 0
-   holds its length n, and element i's k slots (aux: the layout of the element value's shape,
-   its known parts stored too; gen/arrays.rs) are slots 1 + i*k ... i*k + k. The generated code reads and writes them; for printing or an error
-   message, or where it becomes part of a boxed value (a list of arrays whose length is known
-   only at run time), it is boxed into a VL_ARRAY (aux its AD tags, as a pair's; slot 0 the
-   length, slots 1..n the boxed elements), which the AD operators below map element by
-   element. */
+/* ---- arrays. An array whose elements have one abstract value is *flat*: slot 0 holds its
+   length n, and element i's k slots (aux: the layout of the element value's shape, its known
+   parts stored too; gen/arrays.rs) are slots 1 + i*k ... i*k + k. The generated code reads
+   and writes them; for printing or an error message, or where it becomes part of a boxed
+   value (a list of arrays whose length is known only at run time), it is boxed into a
+   VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots 1..n the boxed elements),
+   which the AD operators below map element by element. */
 static V vl_flat(long n, unsigned k) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;

@@ -1038,7 +1038,7 @@ pub fn datum_av(d: &Datum) -> Av {
 }
 
 /// The primal of the primal ... (`d` times) of a forward value, if it is `d` bundles deep.
-pub fn innermost_primal(v: &Av, d: usize) -> Option<&Av> {
+fn innermost_primal(v: &Av, d: usize) -> Option<&Av> {
     let mut v = v;
     for _ in 0..d {
         match v {

@@ -1,5 +1,5 @@
-//! Arrays without AD tags (paper 002): `build`, `ifold`, `get`, `array-length` and array
-//! literals, compiled to loops over *flat* arrays.
+//! Arrays (paper 002): `build` (and its forward version), `ifold`, `get`, `array-length`, array
+//! literals and the AD operators on arrays, compiled to loops over *flat* arrays.
 //!
 //! The analysis gives an array one abstract element value (`Av::Array(tags, e)`), so every
 //! element has the same layout: the array is one `V` leaf pointing to a runtime object whose
@@ -124,7 +124,7 @@ impl Gen<'_, '_> {
         Ok(())
     }
 
-    /// Opens `for (long I = 0; I < N; I++) {`; its index variable. `close_loop` closes it.
+    /// Opens `for (long I = 0; I < N; I++) {`; its index variable. `close_block` closes it.
     fn open_loop(&mut self, n: &str) -> String {
         let i = self.fresh("i");
         self.line(format!("for (long {i} = 0; {i} < {n}; {i}++) {{"));
@@ -132,7 +132,8 @@ impl Gen<'_, '_> {
         i
     }
 
-    fn close_loop(&mut self) {
+    /// Closes the block `open_loop` (or an `if (...) {` line with its indent) opened.
+    fn close_block(&mut self) {
         self.indent -= 1;
         self.line("}");
     }
@@ -219,7 +220,7 @@ impl Gen<'_, '_> {
         }
         let leaves = self.bind_leaves(&to_l, leaves);
         self.flat_store(&arr, &i, to, &leaves)?;
-        self.close_loop();
+        self.close_block();
         Ok(arr)
     }
 
@@ -255,6 +256,14 @@ impl Gen<'_, '_> {
             };
             f(s, a, b)
         })
+    }
+
+    /// The image of an element value under the AD map `kind`.
+    pub(super) fn map_image(&mut self, kind: super::MapKind, e: &Av) -> R<Av> {
+        match kind.prim() {
+            Some(p) => self.elem_image(p, e.clone()),
+            None => self.unsupported(format!("internal: the map {kind:?} of an array")),
+        }
     }
 
     /// The image under the primitive `p` of an element value (or of the pair of two).
@@ -320,7 +329,7 @@ impl Gen<'_, '_> {
         self.line(format!(
             "vl_count_fail({site}, \"build\", \"length\", {nx}, {b});"
         ));
-        self.close_loop();
+        self.close_block();
         let index = self
             .an
             .lift_av(Av::real(), tags)
@@ -364,7 +373,7 @@ impl Gen<'_, '_> {
                 let leaves = self.bind_leaves(&layout, r.leaves);
                 self.flat_store(&arr, &i, e, &leaves)?;
             }
-            self.close_loop();
+            self.close_block();
         }
         Ok(Val {
             av: out.clone(),
@@ -425,7 +434,7 @@ impl Gen<'_, '_> {
                     self.line(format!("{} = {c}[{n}];", acc[j]));
                 }
             }
-            self.close_loop();
+            self.close_block();
         }
         Ok(Val {
             av: out.clone(),
@@ -562,7 +571,7 @@ impl Gen<'_, '_> {
         };
         let x = self.boxed_val(&elem)?;
         self.line(format!("{b}->s[1 + {i}].v = {x};"));
-        self.close_loop();
+        self.close_block();
         Ok(b)
     }
 }
