@@ -547,6 +547,11 @@ struct Gen<'g, 'a> {
     constants: HashMap<Av, String>,
     constant_decls: String,
     constant_init: String,
+    /// The element layouts of flat arrays boxed by reference (`vl_flatref`), with whether
+    /// they are boxed only for display: entry `N` is boxed by `vl_box_elem_N`
+    /// (`gen/arrays.rs`, `elem_boxers`).
+    elem_boxers: Vec<(Av, bool)>,
+    elem_boxer_ids: HashMap<(Av, bool), usize>,
 }
 
 /// Generates the C program (the runtime included) for the specialised `prog` of `an`; `render`
@@ -576,6 +581,8 @@ pub fn generate(
         constants: HashMap::new(),
         constant_decls: String::new(),
         constant_init: String::new(),
+        elem_boxers: Vec::new(),
+        elem_boxer_ids: HashMap::new(),
     };
     let mut sigs = Vec::new();
     let mut texts = Vec::new();
@@ -696,34 +703,14 @@ pub fn generate(
 impl Gen<'_, '_> {
     /// `u` placed in the user's program: a reason found in built-in code (a prelude function,
     /// an AD primitive's version) is reported at a call in the user's program that leads to
-    /// the function being generated, as the evaluator reports errors in built-in code; the
-    /// internal primitives of reverse-mode arrays are named as what the user wrote.
+    /// the function being generated, as the evaluator reports errors in built-in code.
     fn placed(&self, u: Unsupported) -> Unsupported {
-        let reason = if [
-            "%onehot-sensitivity",
-            "%list->array-rev",
-            "%array->list-rev",
-        ]
-        .iter()
-        .any(|p| u.reason.contains(&format!("`{p}`")))
-        {
-            format!(
-                "reverse-mode derivatives through arrays (`get` or `build` in a procedure \
-                 differentiated in reverse mode) are not compiled yet ({})",
-                u.reason
-            )
-        } else {
-            u.reason
-        };
         if (self.render)(u.span).is_some() || self.key == usize::MAX {
-            return Unsupported {
-                span: u.span,
-                reason,
-            };
+            return u;
         }
         Unsupported {
             span: self.user_call_reaching(self.key).unwrap_or(u.span),
-            reason,
+            reason: u.reason,
         }
     }
 
@@ -2122,6 +2109,9 @@ impl Gen<'_, '_> {
                 a
             }
             Prim::Get => self.get(a, out, site)?,
+            Prim::OneHotSens => self.onehot(a, out)?,
+            Prim::ListToArrayRev => self.list_to_array_rev(a, out)?,
+            Prim::ArrayToListRev => self.array_to_list_rev(a, out, site)?,
             Prim::ArrayLength => {
                 let a = self.force(a)?;
                 self.array_length(a, site)?
@@ -2417,10 +2407,20 @@ impl Gen<'_, '_> {
         let mut entries: Vec<(MapKind, u32)> = Vec::new();
         let mut codes: Vec<vlad_flow::CodeId> = self.boxed.envs.keys().copied().collect();
         codes.sort();
+        let mut boxers = 0;
         loop {
             let todo: Vec<MapKind> = self.map_kinds.difference(&done).copied().collect();
             if todo.is_empty() {
-                break;
+                // The element boxers of flat arrays boxed by reference (a map may box an
+                // array, a boxer may need a map).
+                if boxers == self.elem_boxers.len() {
+                    break;
+                }
+                while boxers < self.elem_boxers.len() {
+                    out.push_str(&self.elem_boxer(boxers)?);
+                    boxers += 1;
+                }
+                continue;
             }
             for kind in todo {
                 done.insert(kind);
@@ -2461,6 +2461,13 @@ impl Gen<'_, '_> {
             out.push_str("    } break;\n");
         }
         out.push_str("  }\n  char m[120];\n  snprintf(m, sizeof m, \"an AD operator (map %d) met a boxed procedure of code %u it was not compiled for\", kind, v->aux);\n  vl_fail_internal(m);\n  return v;\n}\n");
+        out.push_str("VL_FUN V vl_box_elem(int layout, V a, long i) {\n  switch (layout) {\n");
+        for n in 0..boxers {
+            let _ = writeln!(out, "  case {n}: return vl_box_elem_{n}(a, i);");
+        }
+        out.push_str(
+            "  }\n  vl_fail_internal(\"an array of a layout with no boxer\");\n  return a;\n}\n",
+        );
         out.push_str("VL_FUN V vl_map_bundle(V p, V t) {\n  switch (p->aux) {\n");
         let k = MapKind::Bundle.number();
         for (_, c) in entries.iter().filter(|e| e.0 == MapKind::Bundle) {
@@ -2662,6 +2669,8 @@ impl Gen<'_, '_> {
 
     /// The leaves of `(bundle p t)`.
     fn bundle(&mut self, p: &Val, t: &Val) -> R<Vec<String>> {
+        // Parts of a structure (elements of flat arrays too) may be lazy zeros.
+        let (p, t) = (&self.force(p.clone())?, &self.force(t.clone())?);
         Ok(match (&p.av, &t.av) {
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
                 let (x, y) = (self.boxed_val(p)?, self.boxed_val(t)?);
@@ -2675,7 +2684,10 @@ impl Gen<'_, '_> {
                 vec![self.zip_flat("bundle", p, t, &to, |s, x, y| s.bundle(&x, &y))?]
             }
             (Av::Array(..), _) | (_, Av::Array(..)) => {
-                return self.unsupported("`bundle` of an array and another value")
+                if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                    eprintln!("bundle of {:?}\n  and {:?}", p.av, t.av);
+                }
+                return self.unsupported("`bundle` of an array and another value");
             }
             // Scalars: the primal's leaves, then the perturbation's. Where a part of either is
             // boxed, the analysis could not tell whether their shapes agree: the runtime's

@@ -19,10 +19,11 @@
 //! the leaves; `bundle` interleaves its arguments' leaves, `primal` and `tangent` select them,
 //! `plus` adds them, and zeros are known at compile time.
 //!
-//! Arrays are flat runtime objects (`gen/arrays.rs`), untagged or in forward mode, and boxed
-//! where they are part of a boxed value. What the backend cannot compile yet (arrays in
-//! reverse mode, ...) is reported as `Unsupported` with a reason and a position in the user's
-//! program; `vlad run` then falls back to the evaluator.
+//! Arrays are flat runtime objects (`gen/arrays.rs`), with AD tags of either mode, boxed by
+//! reference where they are part of a boxed value; the sensitivity of a reverse-mode `get` is
+//! a lazy one-hot object of the runtime. What the backend cannot compile is reported as
+//! `Unsupported` with a reason and a position in the user's program; `vlad run` then falls
+//! back to the evaluator.
 
 mod gen;
 mod units;

@@ -9,7 +9,7 @@
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
 enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
-enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED, VL_ARRAY, VL_FLAT };
+enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED, VL_ARRAY, VL_FLAT, VL_SENS, VL_FLATREF };
 /* `zero` marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero). */
 struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[]; };
 
@@ -130,6 +130,24 @@ static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
   }
   free(stage);
 }
+/* A flat array boxed by reference (VL_FLATREF, aux its AD tags; slot 0 its length, 1 the flat
+   array, 2 the number of its element layout), in O(1): boxing a flat array element by element
+   would cost O(n) wherever an array enters a boxed value (a closure that closes over it, boxed
+   in a chain of backpropagators, would make a loop over the array quadratic). Its elements are
+   boxed when they are read (vl_elem: vl_box_elem, generated per layout); anything else that
+   looks inside makes it a VL_ARRAY (vl_dense). */
+VL_FUN V vl_box_elem(int layout, V a, long i);
+static V vl_flatref(V flat, unsigned tags, int layout) {
+  V o = vl_obj(VL_FLATREF, tags, 3);
+  o->s[0].b = flat->s[0].b;
+  o->s[1].v = flat;
+  o->s[2].b = layout;
+  return o;
+}
+/* Element i of a boxed array: a VL_ARRAY or a VL_FLATREF. */
+static V vl_elem(V a, long i) {
+  return a->kind == VL_FLATREF ? vl_box_elem((int)a->s[2].b, a->s[1].v, i) : a->s[1 + i].v;
+}
 static V vl_boxed_array(long n, unsigned tags) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n) * sizeof(vl_slot));
   o->kind = VL_ARRAY;
@@ -147,6 +165,9 @@ static V vl_pair(unsigned tags, V a, V b) {
 }
 static V vl_bundle(V p, V t) { V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; return o; }
 static V vl_tagged(unsigned tag, V x) { V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; return o; }
+/* A lazy array sensitivity (VL_SENS, below) computed, an array boxed by reference (VL_FLATREF)
+   boxed element by element; any other value as it is. */
+static V vl_dense(V v);
 static int vl_truthy(V v) {
   while (v->kind == VL_BUNDLE || v->kind == VL_TAGGED) v = v->s[0].v;
   return !(v->kind == VL_BOOL && !v->s[0].b);
@@ -219,6 +240,7 @@ static unsigned vl_tags_push(unsigned t, unsigned tag);
 static unsigned vl_tags_pop(unsigned t);
 /* For printing (vlad-eval/src/ad.rs `split_forward_shallow`, `untag_shallow`). */
 static V vl_split_shallow(V v, int tangent) {
+  v = vl_dense(v);
   if (v->kind == VL_BUNDLE) return v->s[tangent].v;
   if (v->kind == VL_ARRAY && vl_top(v) == 0) {
     unsigned rest = vl_tags_pop(v->aux);
@@ -234,6 +256,7 @@ static V vl_split_shallow(V v, int tangent) {
   return v;
 }
 static V vl_untag_shallow(V v, unsigned tag) {
+  v = vl_dense(v);
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
   if (v->kind == VL_ARRAY && vl_top(v) == (int)tag) {
     V a = vl_boxed_array(v->s[0].b, vl_tags_pop(v->aux));
@@ -247,6 +270,7 @@ static V vl_untag_shallow(V v, unsigned tag) {
 
 static void vl_write(vl_buf *b, V v) {
   char num[64];
+  v = vl_dense(v);
   if ((v->kind == VL_PAIR || v->kind == VL_ARRAY) && v->aux) {
     /* Tagged aggregates print as the tag applied to the untagged aggregate. */
     if (vl_top(v) == VL_FORWARD) {
@@ -317,7 +341,14 @@ static void vl_describe(vl_buf *b, V v) {
   case VL_NIL: case VL_BOOL: case VL_REAL: vl_write(b, v); return;
   case VL_PRIM: vl_put(b, "the primitive `"); vl_put(b, vl_prim_names[v->aux]); vl_put(b, "`"); return;
   case VL_CLOSURE: vl_put(b, "a procedure"); return;
-  case VL_ARRAY: {
+  case VL_SENS: {
+    char n[64];
+    if (v->zero) snprintf(n, sizeof n, "a zero sensitivity");
+    else snprintf(n, sizeof n, "a sensitivity array of length %ld", v->s[0].b);
+    vl_put(b, n);
+    return;
+  }
+  case VL_ARRAY: case VL_FLATREF: {
     char n[64];
     if (v->aux) snprintf(n, sizeof n, "a %s array of length %ld", vl_tag_names[v->aux & 3], v->s[0].b);
     else snprintf(n, sizeof n, "an array of length %ld", v->s[0].b);
@@ -420,11 +451,12 @@ static void vl_not_array(int site, const char *op, V a) {
   vl_fail_at(site, b.p);
 }
 static V vl_boxed_get(int site, V a, double r) {
-  if (a->kind != VL_ARRAY) vl_not_array(site, "get", a);
-  return a->s[1 + vl_index(site, r, a->s[0].b)].v;
+  if (a->kind == VL_SENS) a = vl_dense(a);
+  if (a->kind != VL_ARRAY && a->kind != VL_FLATREF) vl_not_array(site, "get", a);
+  return vl_elem(a, vl_index(site, r, a->s[0].b));
 }
 static double vl_boxed_length(int site, V a) {
-  if (a->kind != VL_ARRAY) vl_not_array(site, "array-length", a);
+  if (a->kind != VL_ARRAY && a->kind != VL_SENS && a->kind != VL_FLATREF) vl_not_array(site, "array-length", a);
   return (double)a->s[0].b;
 }
 static double vl_to_real(V v, int site, const char *prim) {
@@ -462,7 +494,7 @@ static unsigned vl_tags_pop(unsigned t) {
 /* The outermost tag of a value, or -1. */
 static int vl_top(V v) {
   switch (v->kind) {
-  case VL_PAIR: case VL_ARRAY: return v->aux >> 28 ? (int)(v->aux & 3) : -1;
+  case VL_PAIR: case VL_ARRAY: case VL_SENS: case VL_FLATREF: return v->aux >> 28 ? (int)(v->aux & 3) : -1;
   case VL_BUNDLE: return VL_FORWARD;
   case VL_TAGGED: return (int)v->aux;
   default: return -1;
@@ -497,6 +529,7 @@ static void vl_ad_fail(const char *op, const char *what, V v) {
     return o_;                                                              \
   } while (0)
 static V vl_ad_tag(V v, unsigned tag) {
+  v = vl_dense(v);
   if (v->kind == VL_CLOSURE) return vl_map_closure((int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_ARRAY) VL_ARRAY_MAP(v, vl_tags_push(v->aux, tag), vl_ad_tag(x_, tag));
@@ -505,6 +538,7 @@ static V vl_ad_tag(V v, unsigned tag) {
   return vl_tagged(tag, v);
 }
 static V vl_ad_untag(V v, unsigned tag, const char *op) {
+  v = vl_dense(v);
   if (v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_UNTAG + (int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
@@ -516,6 +550,7 @@ static V vl_ad_untag(V v, unsigned tag, const char *op) {
   return v;
 }
 static V vl_ad_split(V v, int tangent) {
+  v = vl_dense(v);
   if (v->kind == VL_CLOSURE) return vl_map_closure(tangent ? VL_MAP_TANGENT : VL_MAP_PRIMAL, v);
   vl_no_procedure(v);
   if (v->kind == VL_BUNDLE) return v->s[tangent].v;
@@ -546,6 +581,8 @@ static int vl_scalar(V v) {
   return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM && v->kind != VL_ARRAY;
 }
 static V vl_ad_bundle(V p, V t) {
+  p = vl_dense(p);
+  t = vl_dense(t);
   if (p->kind == VL_CLOSURE) return vl_map_bundle(p, t);
   vl_no_procedure(p);
   vl_no_procedure(t);
@@ -574,6 +611,7 @@ static V vl_as_zero(V v) {
   case VL_REAL: case VL_TAGGED: n = 1; break;
   case VL_PAIR: case VL_BUNDLE: n = 2; break;
   case VL_ARRAY: n = 1 + (int)v->s[0].b; break;
+  case VL_FLATREF: n = 3; break;
   case VL_CLOSURE:
     if (!vl_code_slots[v->aux]) return v;
     n = (int)strlen(vl_code_slots[v->aux]);
@@ -585,10 +623,14 @@ static V vl_as_zero(V v) {
   o->zero = 1;
   return o;
 }
+static V vl_sens_sum(V a, V b);
 static V vl_ad_plus(V a, V b) {
   /* A lazy zero is the identity of plus, as in the evaluator: what keeps reverse mode linear. */
   if (a->zero) return b;
   if (b->zero) return a;
+  if (a->kind == VL_SENS || b->kind == VL_SENS) return vl_sens_sum(a, b);
+  a = vl_dense(a);
+  b = vl_dense(b);
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
     /* Closures of one code: their environments added slot by slot. */
     const char *k = vl_code_slots[a->aux];
@@ -621,6 +663,7 @@ static V vl_ad_plus(V a, V b) {
 }
 /* zero (sensitivity == 0) or the zero sensitivity before its tag (sensitivity == 1). */
 static V vl_ad_zero(V v, int sensitivity) {
+  v = vl_dense(v);
   if (!sensitivity && v->kind == VL_CLOSURE && vl_code_slots[v->aux]) {
     const char *k = vl_code_slots[v->aux];
     int n = (int)strlen(k);
@@ -646,6 +689,8 @@ static V vl_ad_zero(V v, int sensitivity) {
 }
 /* The evaluator's `equal_data` (constant patterns). */
 static int vl_equal_data(V a, V b) {
+  a = vl_dense(a);
+  b = vl_dense(b);
   if (a->kind != b->kind) return 0;
   switch (a->kind) {
   case VL_NIL: return 1;
@@ -667,6 +712,7 @@ static int vl_equal_data(V a, V b) {
 static V vl_zero_sens1(V of);
 static V vl_zero_sens(V of) { return vl_as_zero(vl_zero_sens1(of)); }
 static V vl_zero_sens1(V of) {
+  of = vl_dense(of);
   if (of->kind == VL_CLOSURE) return vl_map_closure(14, of);
   if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
     return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),
@@ -676,6 +722,7 @@ static V vl_zero_sens1(V of) {
   return vl_ad_tag(vl_ad_zero(vl_ad_untag(of, VL_REVERSE, "zero"), 1), VL_SENSITIVITY);
 }
 static V vl_ad_shallow_primal(V v) {
+  v = vl_dense(v);
   if (v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_SHALLOW, v);
   vl_no_procedure(v);
   switch (v->kind) {
@@ -690,6 +737,160 @@ static V vl_ad_shallow_primal(V v) {
   }
   vl_ad_fail("primal", "a forward or reverse value", v);
   return v;
+}
+
+/* ---- lazy array sensitivities (vlad-eval/src/array.rs, SensNode). The sensitivity that the
+   backpropagator of a reverse-mode `get` returns is one-hot: the sensitivity of the element read
+   at its index, zero elsewhere. Built as an array, it would cost O(n) per `get`, so a loop
+   reading every element would be quadratic. Instead it is a VL_SENS node, O(1): `plus` of two
+   sensitivities of one array, when one is lazy, is a sum node (O(1)), and the dense array is
+   computed when something looks inside (vl_dense: `get`, the AD operators, printing), in
+   O(n + the number of contributions), adding them in the evaluator's order with its `plus` (a
+   lazy zero element is the identity, so signs of zero agree). Slots: 0 the length, 1 the node
+   (0 one-hot, 1 sum, 2 the zero of the array), then
+     one-hot: 2 the index, 3 the element's sensitivity;
+     sum: 2 and 3 the two operands (a VL_SENS or a VL_ARRAY each);
+     one-hot and zero: 4 the reverse array it is the sensitivity of (boxed, or NULL), 5 the
+       zero sensitivity shared by all its elements (where 4 is NULL: elements of one flat layout
+       with no boxed parts, no unknown booleans and no arrays, whose zeros are all alike).
+   A zero node is flagged `zero`, so plus returns the other operand, as for any lazy zero.
+   The dense array is not cached in the node: it would be allocated above an arena mark that
+   the node may be below (see vl_mark). A node is looked inside about once (its consumer is the
+   next backpropagator, which untags or converts it), so this costs nothing in practice. */
+enum { VL_SENS_ONEHOT, VL_SENS_SUM, VL_SENS_ZERO };
+static V vl_sens_node(long n, unsigned tags, long node) {
+  V o = vl_obj(VL_SENS, tags, 6);
+  memset(o->s, 0, 6 * sizeof(vl_slot));
+  o->s[0].b = n;
+  o->s[1].b = node;
+  return o;
+}
+/* The sensitivity of reverse array `of` (boxed; or NULL, with n its length, tags its AD tags
+   and zelem its elements' common zero sensitivity) that is s at index k: the evaluator's
+   `%onehot-sensitivity`, its index already checked by `get`. */
+static V vl_onehot(V of, long n, unsigned tags, V zelem, long k, V s) {
+  if (of) {
+    if ((of->kind != VL_ARRAY && of->kind != VL_FLATREF) || vl_top(of) != VL_REVERSE || k < 0 || k >= of->s[0].b)
+      vl_fail_internal("a one-hot sensitivity of a value that is not a reverse array");
+    n = of->s[0].b;
+    tags = of->aux;
+  }
+  tags = vl_tags_push(vl_tags_pop(tags), VL_SENSITIVITY);
+  V o = vl_sens_node(n, tags, s->zero ? VL_SENS_ZERO : VL_SENS_ONEHOT);
+  o->zero = s->zero;
+  o->s[2].b = k;
+  o->s[3].v = s;
+  o->s[4].v = of;
+  o->s[5].v = zelem;
+  return o;
+}
+/* The tags and length of an array sensitivity, dense or lazy; 0 if it is not one. */
+static int vl_array_shape(V v, unsigned *tags, long *n) {
+  if (v->kind != VL_ARRAY && v->kind != VL_SENS && v->kind != VL_FLATREF) return 0;
+  *tags = v->aux;
+  *n = v->s[0].b;
+  return 1;
+}
+static V vl_sens_sum(V a, V b) {
+  unsigned ta, tb;
+  long na, nb;
+  if (!vl_array_shape(a, &ta, &na) || !vl_array_shape(b, &tb, &nb) || ta != tb) vl_shape_fail("plus", a, b);
+  if (na != nb) vl_length_fail("plus", na, nb);
+  V o = vl_sens_node(na, ta, VL_SENS_SUM);
+  o->s[2].v = a;
+  o->s[3].v = b;
+  return o;
+}
+/* A growable array of pointers for vl_sens_force (on the heap: a sum can be a chain of a
+   million contributions, so no recursion). */
+typedef struct { V *p; size_t n, cap; } vl_vec;
+static void vl_vec_push(vl_vec *v, V x) {
+  if (v->n == v->cap) {
+    v->cap = v->cap ? 2 * v->cap : 64;
+    v->p = realloc(v->p, v->cap * sizeof *v->p);
+    if (!v->p) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  }
+  v->p[v->n++] = x;
+}
+static V vl_sens_force(V s) {
+  vl_vec work = {0, 0, 0}, ones = {0, 0, 0}, dense = {0, 0, 0};
+  V of = 0, zelem = 0;
+  int have_of = 0;
+  long n = s->s[0].b;
+  vl_vec_push(&work, s);
+  /* Depth first, left operand first: the evaluator's order of contributions. */
+  while (work.n) {
+    V v = work.p[--work.n];
+    if (v->kind == VL_SENS && v->s[1].b == VL_SENS_SUM) {
+      vl_vec_push(&work, v->s[3].v);
+      vl_vec_push(&work, v->s[2].v);
+    } else if (v->kind == VL_SENS) {
+      if (v->s[1].b == VL_SENS_ONEHOT) vl_vec_push(&ones, v);
+      if (!have_of) { of = v->s[4].v; zelem = v->s[5].v; have_of = 1; }
+    } else vl_vec_push(&dense, vl_dense(v));
+  }
+  V o = vl_boxed_array(n, s->aux);
+  for (long i = 0; i < n; i++)
+    o->s[1 + i].v = dense.n ? dense.p[0]->s[1 + i].v : of ? vl_zero_sens(vl_elem(of, i)) : zelem;
+  for (size_t d = 1; d < dense.n; d++)
+    for (long i = 0; i < n; i++) o->s[1 + i].v = vl_ad_plus(o->s[1 + i].v, dense.p[d]->s[1 + i].v);
+  for (size_t j = 0; j < ones.n; j++) {
+    long i = ones.p[j]->s[2].b;
+    o->s[1 + i].v = vl_ad_plus(o->s[1 + i].v, ones.p[j]->s[3].v);
+  }
+  free(work.p);
+  free(ones.p);
+  free(dense.p);
+  return o;
+}
+static V vl_dense(V v) {
+  if (v->kind == VL_SENS) return vl_sens_force(v);
+  if (v->kind != VL_FLATREF) return v;
+  V o = vl_boxed_array(v->s[0].b, v->aux);
+  o->zero = v->zero;
+  for (long i = 0; i < v->s[0].b; i++) o->s[1 + i].v = vl_elem(v, i);
+  return o;
+}
+
+/* ---- `build` in reverse mode: its definition conses the elements on a list, last first, and
+   turns the list into an array (%list->array-rev); the backpropagator turns the array's
+   sensitivity back into the list's (%array->list-rev). */
+/* The AD tags of a value (the evaluator's Value::tags); procedures are never lists here. */
+static unsigned vl_tags_of(V v) {
+  switch (v->kind) {
+  case VL_PAIR: case VL_ARRAY: case VL_SENS: case VL_FLATREF: return v->aux;
+  case VL_BUNDLE: return vl_tags_push(vl_tags_of(v->s[0].v), VL_FORWARD);
+  case VL_TAGGED: return vl_tags_push(vl_tags_of(v->s[0].v), v->aux);
+  default: return 0;
+  }
+}
+/* v with the AD tags `tags` put on, innermost first (the evaluator's `lift`). */
+static V vl_lift(V v, unsigned tags) {
+  if (!(tags >> 28)) return v;
+  V inner = vl_lift(v, vl_tags_pop(tags));
+  unsigned tag = tags & 3;
+  if (tag == VL_FORWARD) return vl_ad_bundle(inner, vl_ad_tag(vl_ad_zero(inner, 0), VL_PERTURBATION));
+  return vl_ad_tag(inner, tag);
+}
+/* The list (x_{n-1} ... x_0) with any tags as the array #(x_0 ... x_{n-1}) with the same tags:
+   boxed (VL_ARRAY), or flat with one boxed slot per element (VL_FLAT), which has the same
+   slots. */
+static V vl_list_to_array_rev(V l, int flat) {
+  unsigned tags = vl_tags_of(l);
+  long n = 0;
+  for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) n++;
+  V a = flat ? vl_flat(n, 1) : vl_boxed_array(n, tags);
+  long i = n;
+  for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) a->s[i--].v = x->s[0].v;
+  return a;
+}
+static V vl_array_to_list_rev(int site, V a) {
+  a = vl_dense(a);
+  if (a->kind != VL_ARRAY)
+    vl_fail_value(site, "the sensitivity of an array made by `build` must be an array, got ", a, "");
+  V acc = vl_lift(vl_nil, a->aux);
+  for (long i = 0; i < a->s[0].b; i++) acc = vl_pair(a->aux, a->s[1 + i].v, acc);
+  return acc;
 }
 
 /* ---- read-real: whitespace-separated numerals from standard input */

@@ -884,8 +884,11 @@ impl Analysis<'_> {
                 match parts {
                     Some((Av::Array(t, e), sy)) => {
                         let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
-                        // Each element is a zero sensitivity or `sy`: boxed unless they agree.
+                        // Each element is a zero sensitivity or `sy`. The whole is boxed: the
+                        // compiled code keeps it lazy, as the evaluator does (a one-hot node
+                        // in the runtime, O(1) where an array would cost O(n) per `get`).
                         Av::array(tags, Av::Zero(e.clone()).join(&sy, &mut self.boxes))
+                            .boxed(&mut self.boxes)
                     }
                     Some((d @ Av::Dyn(_), sy)) => d.join(&sy, &mut self.boxes),
                     _ => Av::Bottom,

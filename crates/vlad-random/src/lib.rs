@@ -20,8 +20,7 @@ pub enum Arrays {
     /// Not inside the procedures a derivative is taken of.
     OutsideDerivatives,
     /// Not inside the procedures a reverse derivative is taken of (nor inside those of a
-    /// forward derivative taken inside one): reverse-mode arrays are not compiled to native
-    /// code yet.
+    /// forward derivative taken inside one).
     OutsideReverse,
     Everywhere,
 }
@@ -31,29 +30,39 @@ pub fn expression(rng: &mut Rng, depth: u32, arrays: Arrays) -> String {
     expression_counted(rng, depth, arrays).0
 }
 
-/// `expression`, and the number of array forms it has inside procedures a forward derivative
-/// is taken of.
-pub fn expression_counted(rng: &mut Rng, depth: u32, arrays: Arrays) -> (String, usize) {
+/// How many array forms a program has inside procedures a derivative is taken of.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArrayCounts {
+    /// Inside a forward derivative.
+    pub forward: usize,
+    /// Inside a reverse derivative.
+    pub reverse: usize,
+}
+
+/// `expression`, and where its array forms are.
+pub fn expression_counted(rng: &mut Rng, depth: u32, arrays: Arrays) -> (String, ArrayCounts) {
     let mut cx = Cx {
         fresh: 0,
         arrays: arrays != Arrays::None,
         policy: arrays,
         in_forward: false,
-        forward_arrays: 0,
+        in_reverse: false,
+        counts: ArrayCounts::default(),
     };
     let e = real(rng, &mut Vec::new(), depth, &mut cx);
-    (format!("(include \"ad\")\n{e}\n"), cx.forward_arrays)
+    (format!("(include \"ad\")\n{e}\n"), cx.counts)
 }
 
 /// What the grammar threads through: the last fresh name's number, whether array forms may
-/// be generated here, where they may be, whether this is inside a forward derivative, and
-/// how many array forms were generated inside one.
+/// be generated here, where they may be, whether this is inside a forward or a reverse
+/// derivative, and how many array forms were generated inside each.
 struct Cx {
     fresh: u32,
     arrays: bool,
     policy: Arrays,
     in_forward: bool,
-    forward_arrays: usize,
+    in_reverse: bool,
+    counts: ArrayCounts,
 }
 
 /// xorshift64*: tiny, deterministic.
@@ -87,8 +96,9 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
     // procedures; 21 builds a list of unknown length, 22 prints.
     let form = if fresh.arrays {
         let form = rng.below(23);
-        if fresh.in_forward && (14..=17).contains(&form) {
-            fresh.forward_arrays += 1;
+        if (14..=17).contains(&form) {
+            fresh.counts.forward += usize::from(fresh.in_forward);
+            fresh.counts.reverse += usize::from(fresh.in_reverse);
         }
         form
     } else {
@@ -323,8 +333,9 @@ fn body_over(
     cx: &mut Cx,
     body: Body,
 ) -> String {
-    let (n, arrays, in_forward) = (vars.len(), cx.arrays, cx.in_forward);
+    let (n, arrays, in_forward, in_reverse) = (vars.len(), cx.arrays, cx.in_forward, cx.in_reverse);
     cx.in_forward = in_forward || body == Body::Forward;
+    cx.in_reverse = in_reverse || body == Body::Reverse;
     cx.arrays = arrays
         && matches!(
             (body, cx.policy),
@@ -335,6 +346,7 @@ fn body_over(
     vars.truncate(n);
     cx.arrays = arrays;
     cx.in_forward = in_forward;
+    cx.in_reverse = in_reverse;
     e
 }
 

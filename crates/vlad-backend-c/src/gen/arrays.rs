@@ -14,11 +14,16 @@
 //! never mutated after they are built, so a literal is built once, at start-up, like a boxed
 //! constant.
 //!
-//! An array is boxed (`VL_ARRAY`, elements boxed) to be printed or described in an error, and
-//! where it becomes part of a boxed value (an element of a list whose length is known only at
-//! run time). `get` and `array-length` of a boxed value, and the runtime's AD operators, take
-//! boxed arrays; a boxed array is never unboxed (the analysis keeps anything that was boxed
-//! boxed).
+//! An array is boxed to be printed or described in an error, and where it becomes part of a
+//! boxed value (an element of a list whose length is known only at run time, the environment
+//! of a boxed backpropagator). Boxing is by reference, O(1) (`vl_flatref`): its elements are
+//! boxed when read, by a function generated for the element layout (`elem_boxer`). `get` and
+//! `array-length` of a boxed value, and the runtime's AD operators, take boxed arrays; a boxed
+//! array is never unboxed (the analysis keeps anything that was boxed boxed).
+//!
+//! **Reverse mode.** The sensitivity of a reverse `get` is a lazy one-hot runtime object
+//! (`onehot`), and the reverse `build`'s list is turned into an array and back by the
+//! runtime where its length is unknown (`list_to_array_rev`, `array_to_list_rev`).
 //!
 //! **AD tags.** A tagged array is tagged structurally (its element value carries the tags), so
 //! it has the same flat layout. The AD operators map it element by element (`map_flat`,
@@ -269,7 +274,13 @@ impl Gen<'_, '_> {
     /// The image under the primitive `p` of an element value (or of the pair of two).
     pub(super) fn elem_image(&mut self, p: vlad_core::Prim, a: Av) -> R<Av> {
         let r = self.prim_result(p, &a)?;
-        if r == Av::Bottom {
+        // An array whose element value is no value has no elements (`(build 0 f)`, or its
+        // lazy zero): its image has none either. (For `bundle` and `plus`, the two lengths
+        // are still checked.)
+        if r == Av::Bottom && !no_value(&a) {
+            if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                eprintln!("`{}` of the array element {a:?} fails", p.name());
+            }
             return self.unsupported(format!(
                 "internal: `{}` of an array element fails",
                 p.name()
@@ -460,7 +471,7 @@ impl Gen<'_, '_> {
             });
         }
         let Some(e) = Self::array_elem(&arr.av).cloned() else {
-            return self.unsupported("`get` of a value that may not be an array");
+            return self.not_an_array(&arr, "get", site);
         };
         let a = &arr.leaves[0];
         let k = self.fresh("k");
@@ -469,6 +480,17 @@ impl Gen<'_, '_> {
             leaves: self.flat_elem(a, &k, &e)?,
             av: e,
         })
+    }
+
+    /// `get` or `array-length` (`op`) of a value that is not an array (the analysis knows it:
+    /// neither an array nor boxed): the evaluator's error, where the code is reached.
+    fn not_an_array(&mut self, a: &Val, op: &str, site: i64) -> R<Val> {
+        let b = self.boxed_for_display(a)?;
+        self.line(format!(
+            "vl_not_array({site}, {}, {b});",
+            super::c_string(op)
+        ));
+        Ok(Val::known(Av::Bottom))
     }
 
     /// `(array-length a)`.
@@ -480,7 +502,7 @@ impl Gen<'_, '_> {
             });
         }
         if Self::array_elem(&a.av).is_none() {
-            return self.unsupported("`array-length` of a value that may not be an array");
+            return self.not_an_array(&a, "array-length", site);
         }
         Ok(Val {
             av: Av::real(),
@@ -489,10 +511,11 @@ impl Gen<'_, '_> {
     }
 
     /// The leaves of a constant in the layout of `to` (an array literal, or data holding
-    /// some): arrays are built, the rest converted from their known values.
-    pub(super) fn datum_leaves(&mut self, d: &Datum, to: &Av) -> R<Vec<String>> {
+    /// some), lifted through the AD tags `tags` (a literal in transformed code): arrays are
+    /// built, the rest converted from their known values.
+    pub(super) fn datum_leaves(&mut self, d: &Datum, tags: Tags, to: &Av) -> R<Vec<String>> {
         match (d, to) {
-            (Datum::Array(items), Av::Array(t, e)) if t.is_empty() => {
+            (Datum::Array(items), Av::Array(t, e)) if *t == tags => {
                 let arr = self.fresh("b");
                 self.line(format!(
                     "V {arr} = vl_flat({}, {});",
@@ -500,30 +523,33 @@ impl Gen<'_, '_> {
                     self.elem_width(e)?
                 ));
                 for (i, x) in items.iter().enumerate() {
-                    let leaves = self.datum_leaves(x, e)?;
+                    let leaves = self.datum_leaves(x, tags, e)?;
                     self.flat_store(&arr, &i.to_string(), e, &leaves)?;
                 }
                 Ok(vec![arr])
             }
-            (Datum::Pair(p), Av::Pair(t, a, b)) if t.is_empty() => {
-                let mut out = self.datum_leaves(&p.0, a)?;
-                out.extend(self.datum_leaves(&p.1, b)?);
+            (Datum::Pair(p), Av::Pair(t, a, b)) if *t == tags => {
+                let mut out = self.datum_leaves(&p.0, tags, a)?;
+                out.extend(self.datum_leaves(&p.1, tags, b)?);
                 Ok(out)
             }
             (Datum::Array(_), _) => self.unsupported("an array constant of another layout"),
-            _ => self.coerce_leaves(&datum_av(d), &[], to),
+            _ => {
+                let av = self
+                    .an
+                    .lift_av(datum_av(d), tags)
+                    .map_err(super::flow_error)?;
+                self.coerce_leaves(&av, &[], to)
+            }
         }
     }
 
     /// A constant holding arrays, built once at start-up into a global (flat arrays are never
     /// mutated, so every use can share it).
     pub(super) fn array_constant(&mut self, d: &Datum, tags: Tags, av: &Av) -> R<Val> {
-        if !tags.is_empty() {
-            return self.unsupported("AD tags on arrays");
-        }
         let outer_body = std::mem::take(&mut self.body);
         let outer_indent = std::mem::replace(&mut self.indent, 1);
-        let r = self.datum_leaves(d, av);
+        let r = self.datum_leaves(d, tags, av);
         let lines = std::mem::replace(&mut self.body, outer_body);
         self.indent = outer_indent;
         let leaves = r?;
@@ -557,21 +583,189 @@ impl Gen<'_, '_> {
         Ok(vec![arr])
     }
 
-    /// A flat array boxed (`VL_ARRAY`, each element boxed): for printing or an error
-    /// message, or as part of a boxed value.
+    /// A flat array boxed, for printing or an error message, or as part of a boxed value: by
+    /// reference (`vl_flatref`, O(1)), its elements boxed when they are read, by the boxer
+    /// generated for its element layout (`elem_boxer`).
     pub(super) fn box_array(&mut self, src: &str, tags: Tags, e: &Av) -> R<String> {
-        let n = self.fresh("n");
-        self.line(format!("long {n} = {src}->s[0].b;"));
-        let b = self.fresh("b");
-        self.line(format!("V {b} = vl_boxed_array({n}, {}u);", tags.bits()));
-        let i = self.open_loop(&n);
-        let elem = Val {
-            av: e.clone(),
-            leaves: self.flat_elem(src, &i, e)?,
+        let key = (e.clone(), self.for_display);
+        let n = match self.elem_boxer_ids.get(&key) {
+            Some(n) => *n,
+            None => {
+                let n = self.elem_boxers.len();
+                self.elem_boxers.push(key.clone());
+                self.elem_boxer_ids.insert(key, n);
+                n
+            }
         };
-        let x = self.boxed_val(&elem)?;
-        self.line(format!("{b}->s[1 + {i}].v = {x};"));
-        self.close_block();
-        Ok(b)
+        Ok(self.runtime_v(format!("vl_flatref({src}, {}u, {n})", tags.bits())))
+    }
+
+    /// The definition of `vl_box_elem_N`, which boxes element `i` of a flat array `a` of the
+    /// element layout `N` of `elem_boxers`.
+    pub(super) fn elem_boxer(&mut self, n: usize) -> R<String> {
+        let (e, display) = self.elem_boxers[n].clone();
+        let saved = (
+            std::mem::take(&mut self.body),
+            self.indent,
+            self.key,
+            std::mem::replace(&mut self.for_display, display),
+        );
+        self.indent = 1;
+        self.key = usize::MAX;
+        let r = self.flat_elem("a", "i", &e).and_then(|leaves| {
+            let x = self.boxed_val(&Val { av: e, leaves })?;
+            self.line(format!("return {x};"));
+            Ok(())
+        });
+        let body = std::mem::replace(&mut self.body, saved.0);
+        self.indent = saved.1;
+        self.key = saved.2;
+        self.for_display = saved.3;
+        r?;
+        Ok(format!(
+            "static V vl_box_elem_{n}(V a, long i) {{\n  (void)a;\n  (void)i;\n{body}}}\n\n"
+        ))
+    }
+}
+
+/// Reverse mode through arrays: the three internal primitives of the reverse `get` and `build`
+/// (vlad-eval/src/ad.rs, `REVERSE_PRELUDE` and `ARRAY_DEFINITIONS`).
+impl Gen<'_, '_> {
+    /// `(%onehot-sensitivity a k s)`: the sensitivity of the reverse array `a` that is `s` at
+    /// index `k` (already checked by the `get` it is the backpropagator of). It stays lazy in
+    /// the runtime (`vl_onehot`, O(1)), as in the evaluator, so the analysis boxes it. Where
+    /// the zero of `a`'s elements is known, the node holds that zero (a constant) and only
+    /// the length of `a`; otherwise it holds `a` boxed, which costs O(n).
+    pub(super) fn onehot(&mut self, a: Val, out: &Av) -> R<Val> {
+        if *out == Av::Bottom {
+            return Ok(Val::known(Av::Bottom));
+        }
+        let Av::Dyn(_) = out else {
+            return self.unsupported("internal: a one-hot sensitivity that is not boxed");
+        };
+        let Some((arr, rest)) = self.two(&a, -1)? else {
+            return self.unsupported("internal: `%onehot-sensitivity` of a non-pair");
+        };
+        let Some((k, s)) = self.two_raw(&rest, -1)? else {
+            return self.unsupported("internal: `%onehot-sensitivity` of a non-pair");
+        };
+        let Some(ix) = Self::real_expr(&k) else {
+            return self.unsupported("internal: a one-hot index that is not a real");
+        };
+        let s = self.boxed_val(&s)?;
+        self.map_kinds.insert(super::MapKind::ZeroSensitivity);
+        let call = match &arr.av {
+            Av::Dyn(_) => format!("vl_onehot({}, 0, 0u, 0, (long)({ix}), {s})", arr.leaves[0]),
+            Av::Array(t, e) if super::static_zero(e) => {
+                let zero = self.boxed_val(&Val {
+                    av: Av::Zero(std::rc::Rc::new((**e).clone())),
+                    leaves: Vec::new(),
+                })?;
+                format!(
+                    "vl_onehot(0, {}->s[0].b, {}u, {zero}, (long)({ix}), {s})",
+                    arr.leaves[0],
+                    t.bits()
+                )
+            }
+            Av::Array(t, e) => {
+                let b = self.box_array(&arr.leaves[0], *t, e)?;
+                format!("vl_onehot({b}, 0, 0u, 0, (long)({ix}), {s})")
+            }
+            _ => return self.unsupported("internal: a one-hot sensitivity of a non-array"),
+        };
+        Ok(Val {
+            av: out.clone(),
+            leaves: vec![self.runtime_v(call)],
+        })
+    }
+
+    /// `(%list->array-rev l)`: the list `build`'s loop accumulated, last element first, as an
+    /// array with the list's tags. A list of unknown length is boxed; its elements are then
+    /// boxed too (the analysis joined them with the boxed tail), one slot each.
+    pub(super) fn list_to_array_rev(&mut self, l: Val, out: &Av) -> R<Val> {
+        let e = match out {
+            Av::Bottom => return Ok(Val::known(Av::Bottom)),
+            Av::Dyn(_) => {
+                let b = self.boxed_val(&l)?;
+                return Ok(Val {
+                    av: out.clone(),
+                    leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, 0)"))],
+                });
+            }
+            Av::Array(_, e) if matches!(**e, Av::Dyn(_)) => {
+                let b = self.boxed_val(&l)?;
+                return Ok(Val {
+                    av: out.clone(),
+                    leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, 1)"))],
+                });
+            }
+            Av::Array(_, e) => (**e).clone(),
+            _ => return self.unsupported("internal: `%list->array-rev` that is not an array"),
+        };
+        // A list of known length: its elements are stored in place, last first.
+        let mut items = Vec::new();
+        let mut cur = self.force(l)?;
+        let tags = match &cur.av {
+            Av::Pair(t, ..) => *t,
+            _ => vlad_core::Tags::EMPTY,
+        };
+        while let Av::Pair(t, x, y) = cur.av.clone() {
+            if t != tags {
+                break;
+            }
+            let mut ps = self.parts(&cur, &[&x, &y])?;
+            cur = ps.pop().expect("two parts");
+            items.push(ps.pop().expect("two parts"));
+            cur = self.force(cur)?;
+        }
+        if let Av::Dyn(_) = cur.av {
+            return self.unsupported("internal: a list of unknown length with unboxed elements");
+        }
+        let arr = self.fresh("b");
+        self.line(format!(
+            "V {arr} = vl_flat({}, {});",
+            items.len(),
+            self.elem_width(&e)?
+        ));
+        let n = items.len();
+        for (j, x) in items.into_iter().enumerate() {
+            let leaves = self.coerce_leaves(&x.av, &x.leaves, &e)?;
+            self.flat_store(&arr, &(n - 1 - j).to_string(), &e, &leaves)?;
+        }
+        Ok(Val {
+            av: out.clone(),
+            leaves: vec![arr],
+        })
+    }
+
+    /// `(%array->list-rev a)`: the sensitivity of an array made by `build` as the sensitivity
+    /// of the list its loop accumulated (boxed).
+    pub(super) fn array_to_list_rev(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
+        if *out == Av::Bottom {
+            // Not an array: the runtime reports the evaluator's error.
+            let b = self.boxed_for_display(&a)?;
+            self.line(format!("vl_array_to_list_rev({site}, {b});"));
+            return Ok(Val::known(Av::Bottom));
+        }
+        let Av::Dyn(_) = out else {
+            return self.unsupported("internal: `%array->list-rev` that is not boxed");
+        };
+        let b = self.boxed_val(&a)?;
+        Ok(Val {
+            av: out.clone(),
+            leaves: vec![self.runtime_v(format!("vl_array_to_list_rev({site}, {b})"))],
+        })
+    }
+}
+
+/// Does `a` describe no value at all: no value, or an aggregate with a part of no value (an
+/// array of no elements is a value).
+fn no_value(a: &Av) -> bool {
+    match a {
+        Av::Bottom => true,
+        Av::Pair(_, x, y) | Av::Bundle(x, y) => no_value(x) || no_value(y),
+        Av::Tagged(_, x) | Av::Zero(x) => no_value(x),
+        Av::Closure(_, env) => env.iter().any(no_value),
+        _ => false,
     }
 }
