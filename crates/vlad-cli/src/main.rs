@@ -218,12 +218,25 @@ pub(crate) fn evaluate(
 /// `vlad run` with native code: compile (or find in the cache) and run; fall back to the
 /// evaluator, with a one-line note, where the compiler cannot handle the program.
 fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptions) -> u8 {
+    // An unchanged program that compiled before runs at once: no analysis, no C.
+    let key = native::source_key(file, include, opts);
+    if let Some(exe) = key.as_deref().and_then(native::cached_by_source) {
+        match native::run_executable(&exe) {
+            Ok(code) => return code,
+            Err(e) => eprintln!("vlad: {e}; compiling again"),
+        }
+    }
     let reason = match native::generate_c(file, include) {
         Ok(c) => match native::cached_executable(&native::units(&c), opts) {
-            Ok(exe) => match native::run_executable(&exe) {
-                Ok(code) => return code,
-                Err(e) => e,
-            },
+            Ok(exe) => {
+                if let Some(k) = &key {
+                    native::remember_source(k, &exe);
+                }
+                match native::run_executable(&exe) {
+                    Ok(code) => return code,
+                    Err(e) => e,
+                }
+            }
             Err(e) => e,
         },
         Err(native::Failure::Program(code)) => return code,

@@ -1,6 +1,8 @@
 //! Native code: the whole pipeline from a file to an executable (flow analysis,
 //! specialisation, the C backend, the system C compiler), with a cache of executables keyed by
-//! the hash of the C they were compiled from.
+//! the hash of the C they were compiled from, and a cache of which executable a program's
+//! sources compiled to (`source_key`), so that running an unchanged program again skips the
+//! analysis too.
 
 use crate::prepare;
 use sha2::{Digest, Sha256};
@@ -295,6 +297,64 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     compile_c(units, &exe, opts)?;
     Ok(exe)
+}
+
+/// The key of a program in the source cache: a hash of every file it loads (paths and texts),
+/// of this `vlad` executable (its path, size and modification time, so that a rebuilt
+/// compiler never reuses what its predecessor made), of the C compiler and its flags, and of
+/// `VLAD_C_UNITS`. `None` if the program does not load (the full path reports why) or this
+/// executable cannot be identified.
+pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<String> {
+    let mut sources = SourceMap::new();
+    vlad_syntax::program::load(&mut sources, file, include).ok()?;
+    let exe = std::env::current_exe().ok()?;
+    let meta = std::fs::metadata(&exe).ok()?;
+    let modified = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    let mut h = Sha256::new();
+    h.update(b"vlad source cache 1\0");
+    h.update(exe.to_string_lossy().as_bytes());
+    h.update(format!("\0{}\0{}\0", meta.len(), modified.as_nanos()).as_bytes());
+    for f in sources.files() {
+        h.update(f.path.as_bytes());
+        h.update([0]);
+        h.update(f.text.as_bytes());
+        h.update([0]);
+    }
+    let (cc, pre) = c_compiler();
+    h.update(cc.as_bytes());
+    for f in pre.iter().chain(cc_flags(opts).iter()) {
+        h.update([0]);
+        h.update(f.as_bytes());
+    }
+    h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
+    Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The executable the program of source key `key` compiled to before, if it is still there.
+pub fn cached_by_source(key: &str) -> Option<PathBuf> {
+    let dir = cache_dir();
+    let name = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
+    let exe = dir.join(name.trim());
+    // Only a name of the executable cache: the record cannot point elsewhere.
+    (name.trim().len() == 32 && name.trim().bytes().all(|b| b.is_ascii_hexdigit()) && exe.is_file())
+        .then_some(exe)
+}
+
+/// Records that the program of source key `key` compiled to `exe` (in the cache directory).
+/// Written to a temporary name and renamed, so a concurrent reader sees all of it or nothing.
+pub fn remember_source(key: &str, exe: &Path) {
+    let (Some(name), dir) = (exe.file_name(), cache_dir()) else {
+        return;
+    };
+    let record = dir.join(format!("{}.src", &key[..32]));
+    let partial = dir.join(format!("{}.src.{}", &key[..32], std::process::id()));
+    if std::fs::write(&partial, name.to_string_lossy().as_bytes()).is_ok() {
+        let _ = std::fs::rename(&partial, &record);
+    }
 }
 
 /// Runs an executable with this process's standard streams; its exit code.

@@ -297,20 +297,63 @@ fn second_run_uses_the_cache() {
     let o = vlad(&root, cache.path(), &["run", "examples/factorial.vlad"]);
     assert!(o.status.success());
     let entries = || -> Vec<(PathBuf, std::time::SystemTime)> {
-        std::fs::read_dir(cache.path())
+        let mut e: Vec<_> = std::fs::read_dir(cache.path())
             .unwrap()
             .map(|e| {
                 let e = e.unwrap();
                 (e.path(), e.metadata().unwrap().modified().unwrap())
             })
-            .collect()
+            .collect();
+        e.sort();
+        e
     };
     let first = entries();
-    assert_eq!(first.len(), 1, "one executable in the cache");
+    assert_eq!(
+        first.len(),
+        2,
+        "one executable and its source record: {first:?}"
+    );
+    assert_eq!(
+        first
+            .iter()
+            .filter(|(p, _)| p.extension().is_some_and(|x| x == "src"))
+            .count(),
+        1
+    );
     std::thread::sleep(std::time::Duration::from_millis(50));
     let again = vlad(&root, cache.path(), &["run", "examples/factorial.vlad"]);
     assert_eq!(again.stdout, o.stdout);
     assert_eq!(entries(), first, "the same executable, not written again");
+}
+
+/// The source cache knows every file a program loads: changing an included file compiles the
+/// program again (and a stale record pointing at a missing executable is not followed).
+#[test]
+fn changing_an_included_file_compiles_again() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a directory");
+    let lib = program(&dir, "lib.vlad", "(define (f x) (* 2 x))\n");
+    let main = program(&dir, "main.vlad", "(include \"lib\")\n(f (real 21))\n");
+    let o = vlad(&root, cache.path(), &["run", &main]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "42\n");
+    std::fs::write(&lib, "(define (f x) (* 3 x))\n").unwrap();
+    let o = vlad(&root, cache.path(), &["run", &main]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "63\n");
+    // Every executable removed, the records left: the program compiles again.
+    for e in std::fs::read_dir(cache.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none() {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let o = vlad(&root, cache.path(), &["run", &main]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "63\n");
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// `vlad ARGS` with `input` on standard input and `VLAD_ARENA_STATS` set.

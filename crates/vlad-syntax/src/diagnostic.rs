@@ -47,6 +47,11 @@ impl SourceMap {
         self.base + (self.files.len() - 1) as u32
     }
 
+    /// The files, in the order they were added.
+    pub fn files(&self) -> impl Iterator<Item = &SourceFile> {
+        self.files.iter()
+    }
+
     /// `true` if a file with this path was already added.
     pub fn contains_path(&self, path: &str) -> bool {
         self.files.iter().any(|f| f.path == path)
