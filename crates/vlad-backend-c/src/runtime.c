@@ -455,6 +455,17 @@ static V vl_boxed_get(int site, V a, double r) {
   if (a->kind != VL_ARRAY && a->kind != VL_FLATREF) vl_not_array(site, "get", a);
   return vl_elem(a, vl_index(site, r, a->s[0].b));
 }
+/* A boxed index of `get`: its real, else the evaluator's error. */
+static double vl_index_real(int site, V i) {
+  if (i->kind != VL_REAL) vl_fail_value(site, "get: the index must be a non-negative integer, got ", i, "");
+  return i->s[0].d;
+}
+/* `get` of a boxed value at a boxed index: the array checked first, as the evaluator does. */
+static V vl_boxed_get_v(int site, V a, V i) {
+  if (a->kind == VL_SENS) a = vl_dense(a);
+  if (a->kind != VL_ARRAY && a->kind != VL_FLATREF) vl_not_array(site, "get", a);
+  return vl_boxed_get(site, a, vl_index_real(site, i));
+}
 static double vl_boxed_length(int site, V a) {
   if (a->kind != VL_ARRAY && a->kind != VL_SENS && a->kind != VL_FLATREF) vl_not_array(site, "array-length", a);
   return (double)a->s[0].b;

@@ -790,6 +790,20 @@ fn compiled_errors_match_the_evaluator() {
             "(plus (sensitize (build (real 2) (lambda (i) i)))\n\
                    (sensitize (build (real 3) (lambda (i) i))))\n",
         ),
+        // Boxed indices (from a list whose length is known only at run time): a real reads
+        // its element, a pair is the evaluator's error; with a boxed non-array too, the array
+        // is reported first.
+        (
+            "boxed-index.vlad",
+            "(define (xs k) (if (< k 1) '() (cons (if (< k 2) (cons k k) k) (xs (- k 1)))))\n\
+             (let (((cons x rest) (xs (real 2)))) (get (build 3 (lambda (i) (* 10 i))) x))\n\
+             (let (((cons x (cons y rest)) (xs (real 2)))) (get (build 3 (lambda (i) i)) y))\n",
+        ),
+        (
+            "boxed-both.vlad",
+            "(define (xs k) (if (< k 1) '() (cons (if (< k 2) (cons k k) k) (xs (- k 1)))))\n\
+             (let (((cons x (cons y rest)) (xs (real 2)))) (get x y))\n",
+        ),
         // Reverse-mode arrays: the backpropagator of a `build` given a sensitivity that is
         // not an array; a lazy one-hot sensitivity added to an array of another length, and
         // to a value that is not an array.

@@ -454,31 +454,51 @@ impl Gen<'_, '_> {
     }
 
     /// `(get a i)`: the index checked against the length (the evaluator's errors), then the
-    /// element's leaves read in place.
+    /// element's leaves read in place. A boxed array, or an index that may not be a real (a
+    /// boxed value), is checked at run time, the array first, as the evaluator checks them.
     pub(super) fn get(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
         let Some((arr, i)) = self.two(&a, site)? else {
             return self.unsupported("`get` of an argument that is not a pair");
         };
-        let Some(ix) = Self::real_expr(&i) else {
-            return self.unsupported("`get` whose index is not a real");
-        };
-        if let (Av::Dyn(_), Av::Dyn(_)) = (&arr.av, out) {
-            // A boxed array (or not an array: the evaluator's error).
-            let t = self.runtime_v(format!("vl_boxed_get({site}, {}, {ix})", arr.leaves[0]));
-            return Ok(Val {
-                av: out.clone(),
-                leaves: vec![t],
+        if let Av::Dyn(_) = arr.av {
+            let call = match Self::real_expr(&i) {
+                Some(ix) => format!("vl_boxed_get({site}, {}, {ix})", arr.leaves[0]),
+                None => {
+                    let b = self.boxed_for_display(&i)?;
+                    format!("vl_boxed_get_v({site}, {}, {b})", arr.leaves[0])
+                }
+            };
+            let t = self.runtime_v(call);
+            return Ok(match out {
+                Av::Dyn(_) => Val {
+                    av: out.clone(),
+                    leaves: vec![t],
+                },
+                _ => Val::known(Av::Bottom),
             });
         }
         let Some(e) = Self::array_elem(&arr.av).cloned() else {
             return self.not_an_array(&arr, "get", site);
         };
+        let ix = self.index_expr(&i, site)?;
         let a = &arr.leaves[0];
         let k = self.fresh("k");
         self.line(format!("long {k} = vl_index({site}, {ix}, {a}->s[0].b);"));
         Ok(Val {
             leaves: self.flat_elem(a, &k, &e)?,
             av: e,
+        })
+    }
+
+    /// An index as a C `double`: a real, or any other value checked at run time
+    /// (`vl_index_real`: the evaluator's error where it is not a real).
+    fn index_expr(&mut self, i: &Val, site: i64) -> R<String> {
+        Ok(match Self::real_expr(i) {
+            Some(ix) => ix,
+            None => {
+                let b = self.boxed_for_display(i)?;
+                format!("vl_index_real({site}, {b})")
+            }
         })
     }
 
@@ -635,7 +655,8 @@ impl Gen<'_, '_> {
     /// index `k` (already checked by the `get` it is the backpropagator of). It stays lazy in
     /// the runtime (`vl_onehot`, O(1)), as in the evaluator, so the analysis boxes it. Where
     /// the zero of `a`'s elements is known, the node holds that zero (a constant) and only
-    /// the length of `a`; otherwise it holds `a` boxed, which costs O(n).
+    /// the length of `a`; otherwise it holds `a` boxed (by reference, also O(1)), to take
+    /// each element's zero from when it is made dense.
     pub(super) fn onehot(&mut self, a: Val, out: &Av) -> R<Val> {
         if *out == Av::Bottom {
             return Ok(Val::known(Av::Bottom));
@@ -649,9 +670,8 @@ impl Gen<'_, '_> {
         let Some((k, s)) = self.two_raw(&rest, -1)? else {
             return self.unsupported("internal: `%onehot-sensitivity` of a non-pair");
         };
-        let Some(ix) = Self::real_expr(&k) else {
-            return self.unsupported("internal: a one-hot index that is not a real");
-        };
+        // The index `get` checked (a boxed one is a real too).
+        let ix = self.index_expr(&k, -1)?;
         let s = self.boxed_val(&s)?;
         self.map_kinds.insert(super::MapKind::ZeroSensitivity);
         let call = match &arr.av {
