@@ -166,8 +166,10 @@ static V vl_pair(unsigned tags, V a, V b) {
 static V vl_bundle(V p, V t) { V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; return o; }
 static V vl_tagged(unsigned tag, V x) { V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; return o; }
 /* A lazy array sensitivity (VL_SENS, below) computed, an array boxed by reference (VL_FLATREF)
-   boxed element by element; any other value as it is. */
-static V vl_dense(V v);
+   boxed element by element; any other value as it is. Inline, one comparison: the runtime's AD
+   operators call it on every value they look into. */
+static V vl_dense_slow(V v);
+static inline V vl_dense(V v) { return v->kind >= VL_SENS ? vl_dense_slow(v) : v; }
 static int vl_truthy(V v) {
   while (v->kind == VL_BUNDLE || v->kind == VL_TAGGED) v = v->s[0].v;
   return !(v->kind == VL_BOOL && !v->s[0].b);
@@ -639,9 +641,11 @@ static V vl_ad_plus(V a, V b) {
   /* A lazy zero is the identity of plus, as in the evaluator: what keeps reverse mode linear. */
   if (a->zero) return b;
   if (b->zero) return a;
-  if (a->kind == VL_SENS || b->kind == VL_SENS) return vl_sens_sum(a, b);
-  a = vl_dense(a);
-  b = vl_dense(b);
+  if (a->kind >= VL_SENS || b->kind >= VL_SENS) {
+    if (a->kind == VL_SENS || b->kind == VL_SENS) return vl_sens_sum(a, b);
+    a = vl_dense(a);
+    b = vl_dense(b);
+  }
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
     /* Closures of one code: their environments added slot by slot. */
     const char *k = vl_code_slots[a->aux];
@@ -854,9 +858,8 @@ static V vl_sens_force(V s) {
   free(dense.p);
   return o;
 }
-static V vl_dense(V v) {
+static V vl_dense_slow(V v) {
   if (v->kind == VL_SENS) return vl_sens_force(v);
-  if (v->kind != VL_FLATREF) return v;
   V o = vl_boxed_array(v->s[0].b, v->aux);
   o->zero = v->zero;
   for (long i = 0; i < v->s[0].b; i++) o->s[1 + i].v = vl_elem(v, i);
