@@ -555,11 +555,14 @@ struct Gen<'g, 'a> {
 }
 
 /// Generates the C program (the runtime included) for the specialised `prog` of `an`; `render`
-/// gives the position text of error sites.
+/// gives the position text of error sites. `final_error`, if any, is a rendered diagnostic the
+/// program reports after its top-level expressions, exiting with status 1 (the expansion error
+/// of the top-level form that follows them, which the evaluator reports when it gets there).
 pub fn generate(
     an: &mut Analysis<'_>,
     prog: &Program,
     render: SiteRenderer<'_>,
+    final_error: Option<&str>,
 ) -> R<crate::units::CProgram> {
     let boxed = an.boxed_snapshot();
     let mut g = Gen {
@@ -609,6 +612,9 @@ pub fn generate(
         }
         let b = g.boxed_for_display(&v)?;
         g.line(format!("vl_print_line({b});"));
+    }
+    if let Some(d) = final_error {
+        g.line(format!("vl_exit_diagnostic({});", c_string(d)));
     }
     let allocating = allocating_functions(&texts);
     let params: HashMap<usize, Vec<(String, String)>> = texts

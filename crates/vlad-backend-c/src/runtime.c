@@ -383,6 +383,12 @@ static void vl_fail_at(int site, const char *message) {
   fprintf(stderr, "%s%s\n%s", vl_sites[site].prefix, message, vl_sites[site].excerpt);
   exit(1);
 }
+/* A diagnostic rendered at compile time (an expansion error of a later top-level form). */
+static void vl_exit_diagnostic(const char *d) {
+  fflush(stdout);
+  fputs(d, stderr);
+  exit(1);
+}
 static void vl_fail_internal(const char *m) {
   fflush(stdout);
   fprintf(stderr, "vlad: internal error in compiled code: %s\n", m);

@@ -110,7 +110,7 @@ fn compile_c(
     output: Option<&Path>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    let c = match crate::native::generate_c(file, include) {
+    let c = match crate::native::generate_c(file, include, false) {
         Ok(c) => c,
         Err(crate::native::Failure::Program(code)) => return code,
         Err(crate::native::Failure::Unsupported(reason)) => {

@@ -226,7 +226,7 @@ fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptio
             Err(e) => eprintln!("vlad: {e}; compiling again"),
         }
     }
-    let reason = match native::generate_c(file, include) {
+    let reason = match native::generate_c(file, include, true) {
         Ok(c) => match native::cached_executable(&native::units(&c), opts) {
             Ok(exe) => {
                 if let Some(k) = &key {

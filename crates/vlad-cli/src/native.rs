@@ -32,20 +32,32 @@ pub struct CcOptions {
     pub native: bool,
 }
 
-/// The C program for `file`.
-pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<CProgram, Failure> {
+/// The C program for `file`. With `through_expansion_error`, a top-level form that does not
+/// expand ends the program instead of failing it: the expressions before it are compiled, and
+/// the program then reports the error, as the evaluator does when it gets there (`vlad run`);
+/// without, it is `Failure::Evaluate` (`vlad compile` rejects the program).
+pub fn generate_c(
+    file: &Path,
+    include: &[PathBuf],
+    through_expansion_error: bool,
+) -> Result<CProgram, Failure> {
     let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
     };
     let mut entries = Vec::new();
+    let mut final_error = None;
     let mut analysis = Analysis::new(&mut ev);
     analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
     for te in &exprs {
         let core = match &te.core {
             Ok(c) => *c,
             // The evaluator runs the expressions before this one, then reports it.
+            Err(d) if through_expansion_error => {
+                final_error = Some(d.render(&sources));
+                break;
+            }
             Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
         };
         let k = analysis.analyse(core).map_err(|e| {
@@ -59,7 +71,7 @@ pub fn generate_c(file: &Path, include: &[PathBuf]) -> Result<CProgram, Failure>
         Failure::Unsupported(format!("{}: {message}", place(span)))
     })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
-    vlad_backend_c::generate(&mut analysis, &program, &render)
+    vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref())
         .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
 }
 

@@ -553,7 +553,19 @@ impl Gen<'_, '_> {
                 out.extend(self.datum_leaves(&p.1, tags, b)?);
                 Ok(out)
             }
-            (Datum::Array(_), _) => self.unsupported("an array constant of another layout"),
+            // An array among data of other shapes (`#(1 #(2))`, an element boxed): built in
+            // its own layout, then converted.
+            (Datum::Array(_), _) => {
+                let own = self
+                    .an
+                    .lift_av(datum_av(d), tags)
+                    .map_err(super::flow_error)?;
+                if !matches!(own, Av::Array(..)) {
+                    return self.unsupported("an array constant of another layout");
+                }
+                let leaves = self.datum_leaves(d, tags, &own)?;
+                self.coerce_leaves(&own, &leaves, to)
+            }
             _ => {
                 let av = self
                     .an
