@@ -469,13 +469,15 @@ impl Gen<'_, '_> {
                 }
             };
             let t = self.runtime_v(call);
-            return Ok(match out {
-                Av::Dyn(_) => Val {
+            return match out {
+                Av::Dyn(_) => Ok(Val {
                     av: out.clone(),
                     leaves: vec![t],
-                },
-                _ => Val::known(Av::Bottom),
-            });
+                }),
+                // The call fails (the runtime reports it): no value.
+                Av::Bottom => Ok(Val::known(Av::Bottom)),
+                _ => self.unsupported("internal: `get` of a boxed value that is not boxed"),
+            };
         }
         let Some(e) = Self::array_elem(&arr.av).cloned() else {
             return self.not_an_array(&arr, "get", site);
