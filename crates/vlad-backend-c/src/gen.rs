@@ -1687,11 +1687,7 @@ impl Gen<'_, '_> {
         if let Some(name) = self.constants.get(&v.av) {
             return Ok(name.clone());
         }
-        let outer_body = std::mem::take(&mut self.body);
-        let outer_indent = std::mem::replace(&mut self.indent, 1);
-        let r = self.boxed_val_now(v);
-        let lines = std::mem::replace(&mut self.body, outer_body);
-        self.indent = outer_indent;
+        let (r, lines) = self.detached(|s| s.boxed_val_now(v));
         let b = r?;
         let name = format!("vl_k{}", self.constants.len());
         let _ = writeln!(self.constant_decls, "VL_SHARED V {name};");
@@ -2431,13 +2427,9 @@ impl Gen<'_, '_> {
             for kind in todo {
                 done.insert(kind);
                 for &c in &codes {
-                    let saved = (std::mem::take(&mut self.body), self.indent, self.key);
-                    self.indent = 1;
-                    self.key = usize::MAX;
-                    let r = self.closure_map(kind, c);
-                    let body = std::mem::replace(&mut self.body, saved.0);
-                    self.indent = saved.1;
-                    self.key = saved.2;
+                    let key = std::mem::replace(&mut self.key, usize::MAX);
+                    let (r, body) = self.detached(|s| s.closure_map(kind, c));
+                    self.key = key;
                     if std::env::var_os("VLAD_C_DEBUG").is_some() {
                         match &r {
                             Ok(Some(_)) => {}
@@ -2593,6 +2585,18 @@ impl Gen<'_, '_> {
     }
 
     /// A boxed value computed by the runtime, in a variable.
+    /// Runs `f` on an empty body at indentation 1, for code outside the function being
+    /// generated (start-up initialisers, generated runtime helpers); `f`'s result and the
+    /// lines it wrote. The body being generated is left as it was.
+    fn detached<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> (R<T>, String) {
+        let outer_body = std::mem::take(&mut self.body);
+        let outer_indent = std::mem::replace(&mut self.indent, 1);
+        let r = f(self);
+        let lines = std::mem::replace(&mut self.body, outer_body);
+        self.indent = outer_indent;
+        (r, lines)
+    }
+
     fn runtime_v(&mut self, e: String) -> String {
         let t = self.fresh("t");
         self.line(format!("V {t} = {e};"));

@@ -458,9 +458,15 @@ static void vl_not_array(int site, const char *op, V a) {
   vl_describe(&b, a);
   vl_fail_at(site, b.p);
 }
-static V vl_boxed_get(int site, V a, double r) {
+/* The boxed value `get` reads: a VL_ARRAY or VL_FLATREF (a lazy sensitivity made dense), else
+   the evaluator's error. */
+static V vl_get_array(int site, V a) {
   if (a->kind == VL_SENS) a = vl_dense(a);
   if (a->kind != VL_ARRAY && a->kind != VL_FLATREF) vl_not_array(site, "get", a);
+  return a;
+}
+static V vl_boxed_get(int site, V a, double r) {
+  a = vl_get_array(site, a);
   return vl_elem(a, vl_index(site, r, a->s[0].b));
 }
 /* A boxed index of `get`: its real, else the evaluator's error. */
@@ -470,9 +476,8 @@ static double vl_index_real(int site, V i) {
 }
 /* `get` of a boxed value at a boxed index: the array checked first, as the evaluator does. */
 static V vl_boxed_get_v(int site, V a, V i) {
-  if (a->kind == VL_SENS) a = vl_dense(a);
-  if (a->kind != VL_ARRAY && a->kind != VL_FLATREF) vl_not_array(site, "get", a);
-  return vl_boxed_get(site, a, vl_index_real(site, i));
+  a = vl_get_array(site, a);
+  return vl_elem(a, vl_index(site, vl_index_real(site, i), a->s[0].b));
 }
 static double vl_boxed_length(int site, V a) {
   if (a->kind != VL_ARRAY && a->kind != VL_SENS && a->kind != VL_FLATREF) vl_not_array(site, "array-length", a);

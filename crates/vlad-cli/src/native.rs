@@ -289,18 +289,13 @@ fn cache_dir() -> PathBuf {
 /// The executable of this C program (its translation units), compiled now or found in the
 /// cache.
 pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, String> {
-    let (cc, pre) = c_compiler();
     let mut h = Sha256::new();
     for unit in units {
         h.update(unit.as_bytes());
         h.update([0]);
     }
-    h.update(cc.as_bytes());
-    for f in pre.iter().chain(cc_flags(opts).iter()) {
-        h.update([0]);
-        h.update(f.as_bytes());
-    }
-    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    hash_c_compiler(&mut h, opts);
+    let digest = hex(h);
     let dir = cache_dir();
     let exe = dir.join(&digest[..32]);
     if exe.is_file() {
@@ -336,14 +331,24 @@ pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<S
         h.update(f.text.as_bytes());
         h.update([0]);
     }
+    hash_c_compiler(&mut h, opts);
+    h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
+    Some(hex(h))
+}
+
+/// Adds the C compiler and its flags to a cache key.
+fn hash_c_compiler(h: &mut Sha256, opts: CcOptions) {
     let (cc, pre) = c_compiler();
     h.update(cc.as_bytes());
     for f in pre.iter().chain(cc_flags(opts).iter()) {
         h.update([0]);
         h.update(f.as_bytes());
     }
-    h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
-    Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A finished hash, in hexadecimal.
+fn hex(h: Sha256) -> String {
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The executable the program of source key `key` compiled to before, if it is still there.

@@ -581,11 +581,7 @@ impl Gen<'_, '_> {
     /// A constant holding arrays, built once at start-up into a global (flat arrays are never
     /// mutated, so every use can share it).
     pub(super) fn array_constant(&mut self, d: &Datum, tags: Tags, av: &Av) -> R<Val> {
-        let outer_body = std::mem::take(&mut self.body);
-        let outer_indent = std::mem::replace(&mut self.indent, 1);
-        let r = self.datum_leaves(d, tags, av);
-        let lines = std::mem::replace(&mut self.body, outer_body);
-        self.indent = outer_indent;
+        let (r, lines) = self.detached(|s| s.datum_leaves(d, tags, av));
         let leaves = r?;
         let layout = self.layout(av)?;
         self.constant_init.push_str(&lines);
@@ -638,23 +634,16 @@ impl Gen<'_, '_> {
     /// element layout `N` of `elem_boxers`.
     pub(super) fn elem_boxer(&mut self, n: usize) -> R<String> {
         let (e, display) = self.elem_boxers[n].clone();
-        let saved = (
-            std::mem::take(&mut self.body),
-            self.indent,
-            self.key,
-            std::mem::replace(&mut self.for_display, display),
-        );
-        self.indent = 1;
-        self.key = usize::MAX;
-        let r = self.flat_elem("a", "i", &e).and_then(|leaves| {
-            let x = self.boxed_val(&Val { av: e, leaves })?;
-            self.line(format!("return {x};"));
+        let key = std::mem::replace(&mut self.key, usize::MAX);
+        let outer_display = std::mem::replace(&mut self.for_display, display);
+        let (r, body) = self.detached(|s| {
+            let leaves = s.flat_elem("a", "i", &e)?;
+            let x = s.boxed_val(&Val { av: e, leaves })?;
+            s.line(format!("return {x};"));
             Ok(())
         });
-        let body = std::mem::replace(&mut self.body, saved.0);
-        self.indent = saved.1;
-        self.key = saved.2;
-        self.for_display = saved.3;
+        self.key = key;
+        self.for_display = outer_display;
         r?;
         Ok(format!(
             "static V vl_box_elem_{n}(V a, long i) {{\n  (void)a;\n  (void)i;\n{body}}}\n\n"
@@ -717,22 +706,21 @@ impl Gen<'_, '_> {
     /// array with the list's tags. A list of unknown length is boxed; its elements are then
     /// boxed too (the analysis joined them with the boxed tail), one slot each.
     pub(super) fn list_to_array_rev(&mut self, l: Val, out: &Av) -> R<Val> {
+        // Boxed by the runtime: a boxed array (`flat` 0), or a flat one of boxed elements.
+        let flat = match out {
+            Av::Dyn(_) => Some(0),
+            Av::Array(_, e) if matches!(**e, Av::Dyn(_)) => Some(1),
+            _ => None,
+        };
+        if let Some(flat) = flat {
+            let b = self.boxed_val(&l)?;
+            return Ok(Val {
+                av: out.clone(),
+                leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, {flat})"))],
+            });
+        }
         let e = match out {
             Av::Bottom => return Ok(Val::known(Av::Bottom)),
-            Av::Dyn(_) => {
-                let b = self.boxed_val(&l)?;
-                return Ok(Val {
-                    av: out.clone(),
-                    leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, 0)"))],
-                });
-            }
-            Av::Array(_, e) if matches!(**e, Av::Dyn(_)) => {
-                let b = self.boxed_val(&l)?;
-                return Ok(Val {
-                    av: out.clone(),
-                    leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, 1)"))],
-                });
-            }
             Av::Array(_, e) => (**e).clone(),
             _ => return self.unsupported("internal: `%list->array-rev` that is not an array"),
         };
