@@ -17,23 +17,11 @@ type R<T> = Result<T, FlowError>;
 /// (`None`: not known yet, or supplied by an enclosing map).
 type Mapped = Vec<(Callee, Option<Rc<[Av]>>)>;
 
-/// The map of a class of boxed procedures by an operation, as far as it has been computed
-/// (`map_dyn`): the members whose images are in the result, the result, and for each member the
+/// The map of a boxed callee by an operation (`map_dyn`): the callees it becomes, and the
 /// version of its summary whose environment was mapped.
-pub(crate) struct ClassMap {
-    imaged: BTreeSet<Callee>,
-    result: Av,
-    done: std::collections::HashMap<Callee, u64>,
-}
-
-impl Default for ClassMap {
-    fn default() -> ClassMap {
-        ClassMap {
-            imaged: BTreeSet::new(),
-            result: Av::dyn_data(),
-            done: Default::default(),
-        }
-    }
+pub(crate) struct CalleeMap {
+    images: Rc<[Callee]>,
+    done: Option<u64>,
 }
 
 /// An AD map over the environments of boxed closures (to cut its recursion through recursive
@@ -200,10 +188,10 @@ impl Analysis<'_> {
     /// callees it can become (none when the operation fails on it at run time), a closure with
     /// its environment computed from the summary of the boxed closures of its code.
     ///
-    /// Incremental: the map of a class by an operation is kept (`ClassMap`), and a later map of
-    /// the class maps only its new members and those whose summary has grown since. Keys that
-    /// map a class are evaluated again whenever any summary they read grows, and boxed values
-    /// are shared all over the summaries: redoing whole maps took time exponential in their
+    /// Incremental: the map of a callee by an operation is kept (`CalleeMap`), and its
+    /// environment is mapped again only when its summary has grown. Keys that map a boxed
+    /// value are evaluated again whenever any summary they read grows, and boxed values are
+    /// shared all over the summaries: redoing whole maps took time exponential in their
     /// nesting (particle-RR).
     fn map_dyn(
         &mut self,
@@ -211,68 +199,46 @@ impl Analysis<'_> {
         op: MapOp,
         mut f: impl FnMut(&mut Self, Callee) -> R<Mapped>,
     ) -> R<Av> {
-        let Av::Dyn(classes) = v else {
+        let Av::Dyn(callees) = v else {
             return Ok(Av::dyn_data());
         };
         let mut out = BTreeSet::new();
-        for class in classes.iter() {
-            if let Av::Dyn(rs) = self.map_class(*class, op, &mut f)? {
-                out.extend(rs.iter().copied());
-            }
+        for c in callees.iter() {
+            out.extend(self.map_callee(*c, op, &mut f)?.iter().copied());
         }
-        Ok(self.boxes.box_of(out))
+        Ok(Av::dyn_of(out))
     }
 
-    /// `map_dyn` of one class.
-    fn map_class(
+    /// `map_dyn` of one callee: the callees it becomes.
+    fn map_callee(
         &mut self,
-        class: Callee,
+        c: Callee,
         op: MapOp,
         f: &mut impl FnMut(&mut Self, Callee) -> R<Mapped>,
-    ) -> R<Av> {
-        let members = self.read_class(class);
-        let key = (op, self.boxes.root(class));
-        // The images of members not mapped before, without environments: the result's class
-        // is known before any environment is mapped, so a map that meets this class again
-        // inside a summary returns it.
-        let entry = self.class_maps.entry(key).or_default();
-        let new: Vec<Callee> = members
-            .iter()
-            .filter(|c| !entry.imaged.contains(c))
-            .copied()
-            .collect();
-        if !new.is_empty() {
-            let mut to = BTreeSet::new();
-            if let Av::Dyn(rs) = &entry.result {
-                to.extend(rs.iter().copied());
-            }
+    ) -> R<Rc<[Callee]>> {
+        let key = (op, c);
+        // The images first, without environments: they are known before any environment is
+        // mapped, so a map that meets this callee again inside a summary returns them.
+        if !self.callee_maps.contains_key(&key) {
             let outer = std::mem::replace(&mut self.envs_off, true);
-            let images: R<()> = new.iter().try_for_each(|c| {
-                to.extend(f(self, *c)?.into_iter().map(|(d, _)| d));
-                Ok(())
-            });
+            let images = f(self, c);
             self.envs_off = outer;
-            images?;
-            let result = self.boxes.box_of(to);
-            let entry = self.class_maps.get_mut(&key).expect("inserted above");
-            entry.imaged.extend(new);
-            entry.result = result;
+            let images = crate::domain::callee_set(images?.into_iter().map(|(d, _)| d));
+            self.callee_maps
+                .insert(key, CalleeMap { images, done: None });
         }
-        // The environments of members whose summaries are new or have grown.
-        for c in members {
-            let version = match c {
-                Callee::Code(code) => {
-                    // Read even when up to date: this key depends on the summary.
-                    let _ = self.boxed_env(code);
-                    self.summary_version(code)
-                }
-                Callee::Prim(_) => 0,
-            };
-            let entry = self.class_maps.get_mut(&key).expect("inserted above");
-            if entry.done.get(&c) == Some(&version) {
-                continue;
+        // The environment, if the summary is new or has grown.
+        let version = match c {
+            Callee::Code(code) => {
+                // Read even when up to date: this key depends on the summary.
+                let _ = self.boxed_env(code);
+                self.summary_version(code)
             }
-            entry.done.insert(c, version);
+            Callee::Prim(_) => 0,
+        };
+        let entry = self.callee_maps.get_mut(&key).expect("inserted above");
+        if entry.done != Some(version) {
+            entry.done = Some(version);
             for (d, env) in f(self, c)? {
                 // No environment: none known yet (the readers of the summary are evaluated
                 // again when it is), or being computed by an enclosing map.
@@ -281,14 +247,15 @@ impl Analysis<'_> {
                 }
             }
         }
-        Ok(self.class_maps[&key].result.clone())
+        Ok(self.callee_maps[&key].images.clone())
     }
 
     /// The boxed environment of code `c` mapped slot by slot by the operation `op`.
     ///
     /// Summaries are recursive (a backpropagator's environment holds boxed backpropagators of
-    /// its own class), so a map of a class can meet the same class again inside an environment:
-    /// there it maps the callees only, and the enclosing map supplies the environment.
+    /// its own code), so a map of a callee can meet the same callee again inside an
+    /// environment: there it maps the callee only, and the enclosing map supplies the
+    /// environment.
     fn map_boxed_env(
         &mut self,
         c: CodeId,
@@ -530,14 +497,7 @@ impl Analysis<'_> {
     /// procedures, closures with their environments bundled slot by slot with those of the
     /// tangent's.
     fn bundle_dyn(&mut self, p: &Av, t: &Av) -> R<Av> {
-        // The result depends on the members of the primal's classes: read them here, so that a
-        // key that finds the result memoised is still evaluated again when they grow.
-        if let Av::Dyn(classes) = p {
-            for class in classes.iter() {
-                self.read_class(*class);
-            }
-        }
-        // Memoised while no class or summary grows: boxed values are shared all over the
+        // Memoised while no summary grows: boxed values are shared all over the
         // summaries, and bundling each occurrence again would take time exponential in their
         // nesting.
         if self.bundle_memo_generation != self.generation {
@@ -558,13 +518,9 @@ impl Analysis<'_> {
 
     fn bundle_dyn_now(&mut self, p: &Av, t: &Av) -> R<Av> {
         let primal: Mapped = match p {
-            Av::Dyn(classes) => {
+            Av::Dyn(callees) => {
                 let mut out = Vec::new();
-                let mut members = Vec::new();
-                for class in classes.iter() {
-                    members.extend(self.read_class(*class));
-                }
-                for c in members {
+                for c in callees.iter().copied() {
                     let env = match c {
                         Callee::Code(c) => self.boxed_env(c),
                         Callee::Prim(_) => None,
@@ -627,7 +583,7 @@ impl Analysis<'_> {
                 }
             }
         }
-        Ok(self.boxes.box_of(to))
+        Ok(Av::dyn_of(to))
     }
 
     /// `primal` (`tangent == false`) or `tangent` of a forward value.

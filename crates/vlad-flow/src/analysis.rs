@@ -5,7 +5,7 @@
 //! table for every call it makes, adding keys it has not seen; a worklist re-evaluates a key
 //! when a result it read has grown, until nothing changes. Results only grow (by `Av::join`),
 //! and the lattice is finite: values are bounded in depth, repetition and size (`Av::bounded`),
-//! classes and summaries of boxed values only grow, a closure (a code and an exact environment)
+//! summaries of boxed closures only grow, a closure (a code and an exact environment)
 //! called with more than `MAX_VARIANTS` arguments of one shape gets one growing key from then on (a loop counter
 //! that is a different constant at each iteration widens to "some real", constants that never
 //! change stay known), and a code with more than `MAX_CODE_VARIANTS` keys gets one for all. So
@@ -86,12 +86,10 @@ pub struct Analysis<'a> {
     pub codes: Vec<Code>,
     code_ids: HashMap<CodeKey, CodeId>,
     pub keys: Vec<Key>,
-    key_ids: HashMap<Key, usize>,
+    key_ids: crate::domain::FastMap<Key, usize>,
     pub results: Vec<Av>,
-    /// The classes of boxed procedures, and for each class (by its root) the keys that looked
-    /// inside it: they are evaluated again when it grows.
+    /// The environments of closures boxed since the summaries were last grown.
     pub boxes: Boxes,
-    class_readers: HashMap<Callee, std::collections::BTreeSet<usize>>,
     /// For each code, the join of the environments of its boxed closures, and the keys that
     /// read it.
     boxed_envs: HashMap<CodeId, Rc<[Av]>>,
@@ -99,9 +97,10 @@ pub struct Analysis<'a> {
     /// The AD maps of boxed environments in progress (see `ad.rs`, `map_boxed_env`).
     pub(crate) mapping: std::collections::HashSet<(crate::ad::MapOp, CodeId)>,
     /// `bundle` of boxed values, memoised for one `generation` (`ad.rs`, `bundle_dyn`).
-    pub(crate) bundle_memo: HashMap<(Av, Av), Av>,
-    /// The incremental maps of classes (`ad.rs`, `map_dyn`), and the version of each summary.
-    pub(crate) class_maps: HashMap<(crate::ad::MapOp, Callee), crate::ad::ClassMap>,
+    pub(crate) bundle_memo: crate::domain::FastMap<(Av, Av), Av>,
+    /// The incremental AD maps of boxed callees (`ad.rs`, `map_dyn`), and the version of each
+    /// summary.
+    pub(crate) callee_maps: HashMap<(crate::ad::MapOp, Callee), crate::ad::CalleeMap>,
     summary_versions: HashMap<CodeId, u64>,
     /// The transforms of codes (`ad.rs`, `transform_code`).
     pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
@@ -109,19 +108,19 @@ pub struct Analysis<'a> {
     /// it is `build`'s forward version transformed by `forward` `d - 1` more times
     /// (`forward_build`).
     forward_builds: HashMap<CodeId, Option<usize>>,
-    /// Computing the images of a class only: summaries are not mapped.
+    /// Computing the images of boxed callees only: summaries are not mapped.
     pub(crate) envs_off: bool,
     /// `bundle` of boxed values in progress (its memo assumes fixed summaries).
     pub(crate) bundling: u32,
     /// `VLAD_FLOW_DEBUG` is set: report progress on stderr.
     debug: bool,
-    /// Bumped whenever a class or a summary grows; the generation `bundle_memo` is for.
+    /// Bumped whenever a summary grows; the generation `bundle_memo` is for.
     pub(crate) generation: u64,
     pub(crate) bundle_memo_generation: u64,
     per_code: HashMap<CodeId, Bucket>,
-    per_shape: HashMap<ShapeKey, Bucket>,
-    /// Keys to (re-)evaluate, and whether each is queued.
-    work: Vec<usize>,
+    per_shape: crate::domain::FastMap<ShapeKey, Bucket>,
+    /// Keys to (re-)evaluate, first in first out, and whether each is queued.
+    work: std::collections::VecDeque<usize>,
     queued: Vec<bool>,
     /// For each key, the keys whose evaluation read its result.
     readers: Vec<std::collections::BTreeSet<usize>>,
@@ -149,11 +148,9 @@ struct Bucket {
     widened: Option<usize>,
 }
 
-/// A copy of what boxed values may hold (`Analysis::boxed_snapshot`).
+/// What the closures in boxed values may close over (`Analysis::boxed_snapshot`).
 #[derive(Clone, Debug, Default)]
 pub struct Boxed {
-    /// The class of each callee met boxed.
-    pub classes: HashMap<Callee, Vec<Callee>>,
     /// The environment summary of each code whose closures were boxed.
     pub envs: HashMap<CodeId, Rc<[Av]>>,
 }
@@ -188,15 +185,14 @@ impl<'a> Analysis<'a> {
             codes: Vec::new(),
             code_ids: HashMap::new(),
             keys: Vec::new(),
-            key_ids: HashMap::new(),
+            key_ids: Default::default(),
             results: Vec::new(),
             boxes: Boxes::default(),
-            class_readers: HashMap::new(),
             boxed_envs: HashMap::new(),
             env_readers: HashMap::new(),
             mapping: Default::default(),
-            bundle_memo: HashMap::new(),
-            class_maps: HashMap::new(),
+            bundle_memo: Default::default(),
+            callee_maps: HashMap::new(),
             summary_versions: HashMap::new(),
             transformed_codes: HashMap::new(),
             forward_builds: HashMap::new(),
@@ -206,8 +202,8 @@ impl<'a> Analysis<'a> {
             generation: 0,
             bundle_memo_generation: 0,
             per_code: HashMap::new(),
-            per_shape: HashMap::new(),
-            work: Vec::new(),
+            per_shape: Default::default(),
+            work: Default::default(),
             queued: Vec::new(),
             readers: Vec::new(),
             reading: None,
@@ -272,7 +268,10 @@ impl<'a> Analysis<'a> {
 
     /// Runs the worklist until no key needs evaluating.
     pub(crate) fn solve(&mut self) -> R<()> {
-        while let Some(k) = self.work.pop() {
+        // First in, first out: a key queued again waits for the other changes of the round, so
+        // that a result growing one callee at a time is not re-read after each (last in,
+        // first out took ten times as many evaluations on tests/array/property.vlad).
+        while let Some(k) = self.work.pop_front() {
             self.evals += 1;
             if self.evals > MAX_EVALS {
                 return self.fail(format!(
@@ -307,7 +306,7 @@ impl<'a> Analysis<'a> {
             let r = self.eval_key(k);
             self.reading = outer;
             self.grow_result(k, &r?);
-            self.classes_grown();
+            self.summaries_grown();
         }
         Ok(())
     }
@@ -328,9 +327,9 @@ impl<'a> Analysis<'a> {
         true
     }
 
-    /// Queues again the keys that looked inside a class of boxed procedures, or at the
-    /// environment summary of a boxed code, that has grown.
-    pub(crate) fn classes_grown(&mut self) {
+    /// Joins the environments of newly boxed closures into their codes' summaries, and queues
+    /// again the keys that read a summary that has grown.
+    pub(crate) fn summaries_grown(&mut self) {
         while !self.boxes.pending.is_empty() {
             for (c, env) in std::mem::take(&mut self.boxes.pending) {
                 // Bounded as the environment of a closure of `c`: a closure of `c` inside it
@@ -362,28 +361,12 @@ impl<'a> Analysis<'a> {
                 }
             }
         }
-        for (old, new) in std::mem::take(&mut self.boxes.merged) {
-            self.generation += 1;
-            let moved = self.class_readers.remove(&old).unwrap_or_default();
-            let readers = self.class_readers.entry(new).or_default();
-            readers.extend(moved);
-            let readers: Vec<usize> = readers.iter().copied().collect();
-            for j in readers {
-                self.enqueue(j);
-            }
-        }
     }
 
-    /// What boxed values may hold, for checking them against run-time values: each callee's
-    /// class, and the environment summary of each boxed code.
+    /// What boxed closures may close over, for checking run-time values and generating code:
+    /// the environment summary of each boxed code.
     pub fn boxed_snapshot(&self) -> Boxed {
         Boxed {
-            classes: self
-                .boxes
-                .callees()
-                .into_iter()
-                .map(|c| (c, self.boxes.class_of(c)))
-                .collect(),
             envs: self.boxed_envs.clone(),
         }
     }
@@ -394,7 +377,7 @@ impl<'a> Analysis<'a> {
         // Not in the middle of a memoised `bundle` of boxed values, which assumes fixed
         // summaries (what changes is seen when the readers are evaluated again).
         if self.bundling == 0 {
-            self.classes_grown();
+            self.summaries_grown();
         }
         if let Some(r) = self.reading {
             self.env_readers.entry(c).or_default().insert(r);
@@ -407,20 +390,10 @@ impl<'a> Analysis<'a> {
         self.summary_versions.get(&c).copied().unwrap_or(0)
     }
 
-    /// The procedures a boxed value of class `c` may hold, noting that the key being
-    /// evaluated depends on them.
-    pub(crate) fn read_class(&mut self, c: Callee) -> Vec<Callee> {
-        let root = self.boxes.root(c);
-        if let Some(r) = self.reading {
-            self.class_readers.entry(root).or_default().insert(r);
-        }
-        self.boxes.class(root)
-    }
-
     pub(crate) fn enqueue(&mut self, k: usize) {
         if !self.queued[k] {
             self.queued[k] = true;
-            self.work.push(k);
+            self.work.push_back(k);
         }
     }
 
@@ -444,8 +417,6 @@ impl<'a> Analysis<'a> {
             free: free.into(),
         });
         self.code_ids.insert((names, lambdas, index), id);
-        let tags = self.code_tags(id);
-        self.boxes.code_tags.push(tags);
         id
     }
 
@@ -697,15 +668,11 @@ impl<'a> Analysis<'a> {
                 let (r, k) = self.call(*c, env.clone(), a.clone())?;
                 (r, Target::Direct(k))
             }
-            Av::Dyn(classes) if classes.is_empty() => (Av::Bottom, Target::NotProcedure),
-            Av::Dyn(classes) => {
+            Av::Dyn(callees) if callees.is_empty() => (Av::Bottom, Target::NotProcedure),
+            Av::Dyn(callees) => {
                 let mut r = Av::Bottom;
                 let mut targets = Vec::new();
-                let mut callees = Vec::new();
-                for class in classes.iter() {
-                    callees.extend(self.read_class(*class));
-                }
-                for callee in callees {
+                for callee in callees.iter().copied() {
                     let (x, t) = match callee {
                         Callee::Prim(p) => self.prim_t(p, a)?,
                         Callee::Code(c) => {
@@ -1027,7 +994,7 @@ pub fn datum_av(d: &Datum) -> Av {
         Datum::Bool(b) => Av::Bool(Some(*b)),
         Datum::Real(r) => Av::known_real(*r),
         Datum::Pair(p) => Av::pair(datum_av(&p.0), datum_av(&p.1)),
-        // Data holds no procedures: joining its elements merges no classes.
+        // Data holds no procedures: joining its elements boxes no closure.
         Datum::Array(a) => Av::array(
             Tags::EMPTY,
             a.iter().fold(Av::Bottom, |acc, x| {

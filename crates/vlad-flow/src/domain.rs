@@ -4,18 +4,15 @@
 //! boolean", a pair or array of abstract values, a closure over an abstract environment (one
 //! per code and environment: polyvariance), or `Dyn`. The paper's analysis is union-free and
 //! aborts when two different shapes meet; here they widen to `Dyn`: *some* value, kept boxed at
-//! run time, whose procedures are among a known class of callees. A call of a `Dyn` procedure
-//! dispatches over that class, so every call still has statically known candidates and the
+//! run time, naming exactly the procedures (callees) it may hold. A call of a `Dyn` procedure
+//! dispatches over those callees, so every call still has statically known candidates and the
 //! analysis never gives up on a program.
 //!
-//! The classes are those of a union-find over callees (`Boxes`): procedures with the same AD
-//! tags that are boxed together are in one class, and a `Dyn` names its classes (one per tag
-//! stack) by one member each. So a boxed value that gains a
-//! procedure does not become a different abstract value (which would make new keys for
-//! everything downstream, over and over, as the set grows one procedure at a time); its class
-//! grows, and the keys that looked inside the class are evaluated again.
+//! A boxed closure's environment is not part of the `Dyn`: the analysis keeps one summary per
+//! code, the join of the environments of its boxed closures (`Boxes::pending` collects them).
+//! docs/flow.md says why the callees are an exact set rather than classes of a union-find, as
+//! they once were.
 
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
@@ -75,8 +72,8 @@ pub enum Av {
     Tagged(Tag, Rc<Av>),
     /// The lazy zero sensitivity of a reverse value (the evaluator's `Value::Zero`).
     Zero(Rc<Av>),
-    /// Some value of any shape, boxed; procedures inside it are among the classes of these
-    /// callees in `Boxes`, one class per AD tag stack (none: there are no procedures).
+    /// Some value of any shape, boxed; the procedures inside it are among these callees
+    /// (sorted, without repeats; none: there are no procedures).
     Dyn(Rc<[Callee]>),
 }
 
@@ -128,6 +125,11 @@ impl Av {
         Av::Tagged(tag, Rc::new(v))
     }
 
+    /// A boxed value holding these procedures.
+    pub fn dyn_of(callees: impl IntoIterator<Item = Callee>) -> Av {
+        Av::Dyn(callee_set(callees))
+    }
+
     /// A boxed value holding no procedures.
     pub fn dyn_data() -> Av {
         Av::Dyn(Rc::from([]))
@@ -142,17 +144,15 @@ impl Av {
     /// environments. The environments of its closures are noted in `boxes` instead (a boxed
     /// closure of code `c` has an environment within the summary the analysis keeps for `c`),
     /// so boxing a closure does not box everything it closes over.
-    pub fn box_parts(&self, out: &mut BTreeSet<Callee>, boxes: &mut Boxes) {
+    pub fn box_parts(&self, out: &mut Vec<Callee>, boxes: &mut Boxes) {
         match self {
-            Av::Prim(p) => {
-                out.insert(Callee::Prim(*p));
-            }
+            Av::Prim(p) => out.push(Callee::Prim(*p)),
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
                 a.box_parts(out, boxes);
                 b.box_parts(out, boxes);
             }
             Av::Closure(c, env) => {
-                out.insert(Callee::Code(*c));
+                out.push(Callee::Code(*c));
                 boxes.pending.push((*c, env.clone()));
             }
             Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
@@ -161,11 +161,11 @@ impl Av {
         }
     }
 
-    /// This value boxed: `Dyn` of the classes of its callees.
+    /// This value boxed: `Dyn` of its callees.
     pub fn boxed(&self, boxes: &mut Boxes) -> Av {
-        let mut s = BTreeSet::new();
+        let mut s = Vec::new();
         self.box_parts(&mut s, boxes);
-        boxes.box_of(s)
+        Av::dyn_of(s)
     }
 
     /// The least upper bound, widened: reals and booleans that differ become unknown, values of
@@ -194,11 +194,36 @@ impl Av {
                     .collect(),
             ),
             (Av::Array(t1, x), Av::Array(t2, y)) if t1 == t2 => Av::array(*t1, x.join(y, boxes)),
+            (Av::Dyn(a), Av::Dyn(b)) => {
+                // Shared rather than copied where the union is one of the two: joins of boxed
+                // values are frequent and their sets large.
+                let u = union(a, b);
+                if u.len() == a.len() {
+                    self.clone()
+                } else if u.len() == b.len() {
+                    other.clone()
+                } else {
+                    Av::Dyn(u.into())
+                }
+            }
+            // A boxed value and another: the other's callees merged into the boxed set.
+            (Av::Dyn(a), x) | (x, Av::Dyn(a)) => {
+                let mut s = Vec::new();
+                x.box_parts(&mut s, boxes);
+                s.sort();
+                s.dedup();
+                let u = union(&s, a);
+                if u.len() == a.len() {
+                    Av::Dyn(a.clone())
+                } else {
+                    Av::Dyn(u.into())
+                }
+            }
             _ => {
-                let mut s = BTreeSet::new();
+                let mut s = Vec::new();
                 self.box_parts(&mut s, boxes);
                 other.box_parts(&mut s, boxes);
-                boxes.box_of(s)
+                Av::dyn_of(s)
             }
         }
     }
@@ -269,7 +294,7 @@ impl Av {
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) | Av::Prim(_) => {
                 return self.clone();
             }
-            Av::Dyn(cs) => return boxes.box_of(cs.iter().copied().collect()),
+            Av::Dyn(_) => return self.clone(),
             _ => {}
         }
         let recursive = match self {
@@ -309,123 +334,88 @@ impl Av {
     }
 }
 
-/// The union-find of boxed callees: procedures with the same AD tags that meet in one boxed
-/// value are in one class, and a `Dyn` names each of its classes by a member. Merges are recorded, so that the analysis can
-/// evaluate again what looked inside the classes that grew.
-#[derive(Default)]
-pub struct Boxes {
-    ids: HashMap<Callee, usize>,
-    items: Vec<Callee>,
-    parent: Vec<usize>,
-    /// The members of each class, at its root.
-    members: Vec<Vec<Callee>>,
-    /// Merges since last drained: (the old root, the new root).
-    pub merged: Vec<(Callee, Callee)>,
-    /// Environments of closures boxed since last drained, to join into their code's summary.
-    pub pending: Vec<(CodeId, Rc<[Av]>)>,
-    /// The AD tags of each code's closures, by code (filled as codes are made).
-    pub code_tags: Vec<Tags>,
+/// A set of callees as a boxed value holds them: sorted, without repeats.
+pub fn callee_set(callees: impl IntoIterator<Item = Callee>) -> Rc<[Callee]> {
+    let mut v: Vec<Callee> = callees.into_iter().collect();
+    // Stable sort: the callees usually come as a few sorted runs (boxed values' sets).
+    v.sort();
+    v.dedup();
+    v.into()
 }
 
-impl Boxes {
-    fn id(&mut self, c: Callee) -> usize {
-        if let Some(i) = self.ids.get(&c) {
-            return *i;
-        }
-        let i = self.items.len();
-        self.ids.insert(c, i);
-        self.items.push(c);
-        self.parent.push(i);
-        self.members.push(vec![c]);
-        i
-    }
-
-    fn find(&mut self, mut i: usize) -> usize {
-        while self.parent[i] != i {
-            self.parent[i] = self.parent[self.parent[i]];
-            i = self.parent[i];
-        }
-        i
-    }
-
-    /// The member that names `c`'s class.
-    pub fn root(&mut self, c: Callee) -> Callee {
-        let i = self.id(c);
-        let r = self.find(i);
-        self.items[r]
-    }
-
-    /// The members of `c`'s class, in order.
-    pub fn class(&mut self, c: Callee) -> Vec<Callee> {
-        let root = self.root(c);
-        self.class_of(root)
-    }
-
-    /// Every callee met.
-    pub fn callees(&self) -> Vec<Callee> {
-        self.items.clone()
-    }
-
-    /// The members of `c`'s class without recording anything (for printing).
-    pub fn class_of(&self, c: Callee) -> Vec<Callee> {
-        let Some(mut i) = self.ids.get(&c).copied() else {
-            return vec![c];
-        };
-        while self.parent[i] != i {
-            i = self.parent[i];
-        }
-        let mut m = self.members[i].clone();
-        m.sort();
-        m
-    }
-
-    fn union(&mut self, a: Callee, b: Callee) -> Callee {
-        let (i, j) = (self.id(a), self.id(b));
-        let (mut i, mut j) = (self.find(i), self.find(j));
-        if i == j {
-            return self.items[i];
-        }
-        if self.members[i].len() < self.members[j].len() {
-            std::mem::swap(&mut i, &mut j);
-        }
-        // j joins i.
-        self.parent[j] = i;
-        let moved = std::mem::take(&mut self.members[j]);
-        self.members[i].extend(moved);
-        self.merged.push((self.items[j], self.items[i]));
-        self.items[i]
-    }
-
-    /// A boxed value holding these procedures: those with the same AD tags become one class.
-    /// Procedures of different AD levels are never one class: `*j` of a class that mixed
-    /// them would transform every member again, level after level, up to the deepest tag
-    /// stack (particle-RR made codes at all 14 levels that way).
-    pub fn box_of(&mut self, callees: BTreeSet<Callee>) -> Av {
-        let mut roots: Vec<(Tags, Callee)> = Vec::new();
-        for c in callees {
-            let tags = self.tags_of(c);
-            match roots.iter_mut().find(|(t, _)| *t == tags) {
-                Some((_, root)) => *root = self.union(*root, c),
-                None => {
-                    let r = self.root(c);
-                    roots.push((tags, r));
-                }
+/// The union of two sorted sets of callees.
+fn union(a: &[Callee], b: &[Callee]) -> Vec<Callee> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push(a[i]);
+                i += 1;
+                j += 1;
             }
         }
-        let mut roots: Vec<Callee> = roots.into_iter().map(|(_, r)| r).collect();
-        roots.sort();
-        Av::Dyn(roots.into())
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
+
+/// What boxing a value leaves to the analysis: the environments of the closures boxed since
+/// last drained, to join into their codes' summaries.
+#[derive(Default)]
+pub struct Boxes {
+    pub pending: Vec<(CodeId, Rc<[Av]>)>,
+}
+
+/// A fast, deterministic hasher for the analysis's tables, whose keys are abstract values
+/// (the multiply-rotate of rustc's `FxHasher`): SipHash took a tenth of the analysis of
+/// tests/array/property.vlad, and these keys need no protection against adversarial
+/// collisions.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
     }
 
-    /// The AD tags of a callee's closures (primitives have none).
-    fn tags_of(&self, c: Callee) -> Tags {
-        match c {
-            Callee::Code(code) => self
-                .code_tags
-                .get(code.0 as usize)
-                .copied()
-                .unwrap_or(Tags::EMPTY),
-            Callee::Prim(_) => Tags::EMPTY,
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
     }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
 }
+
+/// A hash map keyed by abstract values (`FastHasher`).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;

@@ -79,13 +79,9 @@ impl Analysis<'_> {
                 self.write_av(of, place, s);
                 s.push(')');
             }
-            Av::Dyn(classes) => {
+            Av::Dyn(callees) => {
                 s.push_str("dyn{");
-                let members: Vec<Callee> = classes
-                    .iter()
-                    .flat_map(|c| self.boxes.class_of(*c))
-                    .collect();
-                for (i, c) in members.iter().enumerate() {
+                for (i, c) in callees.iter().enumerate() {
                     if i > 0 {
                         s.push(' ');
                     }

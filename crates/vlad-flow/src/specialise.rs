@@ -109,8 +109,8 @@ impl Analysis<'_> {
         // Walking a body with the final table normally finds only analysed calls; if a walk
         // meets a new one (a widened key other than the one the analysis used when it last
         // evaluated that body), analyse again and walk again. Keys only accumulate and results
-        // only grow, so this ends. The same if a walk grows a class of boxed procedures or a
-        // summary of their environments (dispatches read them).
+        // only grow, so this ends. The same if a walk grows a summary of the environments of
+        // boxed closures (dispatches read them).
         // And if a walk finds that a body gives more than its key's result: a call in it now
         // goes to a key widened after the body was last evaluated (one for every argument
         // of a code with too many keys), whose result is wider than the one the analysis
@@ -119,7 +119,7 @@ impl Analysis<'_> {
         let (reachable, targets, values) = loop {
             let known = (self.keys.len(), self.generation);
             let (reachable, targets, values, grown) = self.walk(entries)?;
-            self.classes_grown();
+            self.summaries_grown();
             if (self.keys.len(), self.generation) == known && !grown {
                 break (reachable, targets, values);
             }

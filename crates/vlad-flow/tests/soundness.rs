@@ -19,13 +19,7 @@ struct World<'a> {
 /// Is the concrete value `v` in the extension of `a`?
 fn contains(a: &Av, v: &Value, w: &World) -> bool {
     match (a, v) {
-        (Av::Dyn(classes), _) => {
-            let members: Vec<Callee> = classes
-                .iter()
-                .flat_map(|c| w.boxed.classes.get(c).cloned().unwrap_or_else(|| vec![*c]))
-                .collect();
-            boxed_within(v, &members, w)
-        }
+        (Av::Dyn(callees), _) => boxed_within(v, callees, w),
         (Av::Nil, Value::Nil) => true,
         (Av::Bool(b), Value::Bool(x)) => b.is_none_or(|b| b == *x),
         (Av::Real(r), Value::Real(x)) => r.is_none_or(|r| r.get().to_bits() == x.to_bits()),
@@ -55,25 +49,27 @@ fn contains(a: &Av, v: &Value, w: &World) -> bool {
 }
 
 /// Every procedure inside the boxed value `v` (not looking into closure environments) is one
-/// of `class`, and every closure's environment is within its code's boxed summary.
-fn boxed_within(v: &Value, class: &[Callee], w: &World) -> bool {
+/// of `callees`, and every closure's environment is within its code's boxed summary.
+fn boxed_within(v: &Value, callees: &[Callee], w: &World) -> bool {
     match v {
-        Value::Prim(p) => class.contains(&Callee::Prim(*p)),
+        Value::Prim(p) => callees.contains(&Callee::Prim(*p)),
         Value::Closure(k) => {
             let Some(c) = (w.code)(v) else { return false };
             let Some(env) = w.boxed.envs.get(&c) else {
                 return false;
             };
-            class.contains(&Callee::Code(c))
+            callees.contains(&Callee::Code(c))
                 && env
                     .iter()
                     .zip(k.env.0.iter())
                     .all(|(x, y)| contains(x, y, w))
         }
-        Value::Pair(p) => boxed_within(&p.car, class, w) && boxed_within(&p.cdr, class, w),
-        Value::Bundle(b) => boxed_within(&b.primal, class, w) && boxed_within(&b.tangent, class, w),
-        Value::Tagged(t) => boxed_within(&t.value, class, w),
-        Value::Array(a) => a.elems.iter().all(|x| boxed_within(x, class, w)),
+        Value::Pair(p) => boxed_within(&p.car, callees, w) && boxed_within(&p.cdr, callees, w),
+        Value::Bundle(b) => {
+            boxed_within(&b.primal, callees, w) && boxed_within(&b.tangent, callees, w)
+        }
+        Value::Tagged(t) => boxed_within(&t.value, callees, w),
+        Value::Array(a) => a.elems.iter().all(|x| boxed_within(x, callees, w)),
         _ => true,
     }
 }
