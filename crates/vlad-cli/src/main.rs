@@ -216,33 +216,52 @@ pub(crate) fn evaluate(
 }
 
 /// `vlad run` with native code: compile (or find in the cache) and run; fall back to the
-/// evaluator, with a one-line note, where the compiler cannot handle the program.
+/// evaluator, with a one-line note, where the compiler cannot handle the program or the
+/// program is too large to compile quickly (`native::too_large`).
 fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptions) -> u8 {
-    // An unchanged program that compiled before runs at once: no analysis, no C.
+    // An unchanged program that compiled before runs at once: no analysis, no C. One found
+    // too large runs in the evaluator at once.
     let key = native::source_key(file, include, opts);
-    if let Some(exe) = key.as_deref().and_then(native::cached_by_source) {
-        match native::run_executable(&exe) {
+    match key.as_deref().and_then(native::cached_by_source) {
+        Some(native::SourceRecord::Executable(exe)) => match native::run_executable(&exe) {
             Ok(code) => return code,
             Err(e) => eprintln!("vlad: {e}; compiling again"),
+        },
+        Some(native::SourceRecord::Evaluator(reason)) => {
+            return run_evaluator(file, include, &reason)
         }
+        None => {}
     }
     let reason = match native::generate_c(file, include, true) {
-        Ok(c) => match native::cached_executable(&native::units(&c), opts) {
-            Ok(exe) => {
+        Ok(c) => match native::too_large(&c) {
+            Some(reason) => {
                 if let Some(k) = &key {
-                    native::remember_source(k, &exe);
+                    native::remember_evaluator(k, &reason);
                 }
-                match native::run_executable(&exe) {
-                    Ok(code) => return code,
-                    Err(e) => e,
-                }
+                reason
             }
-            Err(e) => e,
+            None => match native::cached_executable(&native::units(&c), opts) {
+                Ok(exe) => {
+                    if let Some(k) = &key {
+                        native::remember_source(k, &exe);
+                    }
+                    match native::run_executable(&exe) {
+                        Ok(code) => return code,
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            },
         },
         Err(native::Failure::Program(code)) => return code,
         Err(native::Failure::Evaluate(_)) => return run(file, include, None, Engine::Eval),
         Err(native::Failure::Unsupported(reason)) => reason,
     };
+    run_evaluator(file, include, &reason)
+}
+
+/// The evaluator's run of a program `vlad run` does not compile, after a one-line note.
+fn run_evaluator(file: &std::path::Path, include: &[PathBuf], reason: &str) -> u8 {
     eprintln!("vlad: not compiled to native code ({reason}); running in the evaluator");
     run(file, include, None, Engine::Eval)
 }

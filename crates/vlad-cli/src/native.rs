@@ -2,7 +2,7 @@
 //! specialisation, the C backend, the system C compiler), with a cache of executables keyed by
 //! the hash of the C they were compiled from, and a cache of which executable a program's
 //! sources compiled to (`source_key`), so that running an unchanged program again skips the
-//! analysis too.
+//! analysis too; a program too large to compile is recorded there as well.
 
 use crate::prepare;
 use sha2::{Digest, Sha256};
@@ -73,6 +73,41 @@ pub fn generate_c(
     let render = |span: vlad_core::Span| render_site(&sources, span);
     vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref())
         .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
+}
+
+/// The most generated C (its functions, in bytes) that `vlad run` compiles: `VLAD_MAX_C_MB`
+/// megabytes, default 8. The C compiler's time grows faster than the size: 3.4 MB (the
+/// largest test program but one) compile in 6 s on two cores, 21 MB
+/// (tests/array/property.vlad) in three minutes, against 4 s for the evaluator to run it.
+pub(crate) fn c_size_limit() -> usize {
+    let mb: f64 = std::env::var("VLAD_MAX_C_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|mb: &f64| mb.is_finite() && *mb >= 0.0)
+        .unwrap_or(8.0);
+    (mb * 1e6) as usize
+}
+
+/// Why `vlad run` does not compile this C program, if it is larger than `c_size_limit`.
+pub fn too_large(c: &CProgram) -> Option<String> {
+    let (size, limit) = (c.function_bytes(), c_size_limit());
+    (size > limit).then(|| {
+        format!(
+            "the program is {} of C, more than the {} `vlad run` compiles; \
+             `vlad compile FILE -o PROG` compiles it, and VLAD_MAX_C_MB raises the limit",
+            bytes(size),
+            bytes(limit)
+        )
+    })
+}
+
+/// A size for people: `21.4 MB`, `12 KB`.
+fn bytes(n: usize) -> String {
+    if n >= 1_000_000 {
+        format!("{:.1} MB", n as f64 / 1e6)
+    } else {
+        format!("{} KB", n.div_ceil(1000))
+    }
 }
 
 /// How long the flow analysis may take (`vlad run` then runs the program in the evaluator;
@@ -308,9 +343,9 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
 
 /// The key of a program in the source cache: a hash of every file it loads (paths and texts),
 /// of this `vlad` executable (its path, size and modification time, so that a rebuilt
-/// compiler never reuses what its predecessor made), of the C compiler and its flags, and of
-/// `VLAD_C_UNITS`. `None` if the program does not load (the full path reports why) or this
-/// executable cannot be identified.
+/// compiler never reuses what its predecessor made), of the C compiler and its flags, of
+/// `VLAD_C_UNITS` and of the size limit (`c_size_limit`). `None` if the program does not load
+/// (the full path reports why) or this executable cannot be identified.
 pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
     vlad_syntax::program::load(&mut sources, file, include).ok()?;
@@ -333,6 +368,7 @@ pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<S
     }
     hash_c_compiler(&mut h, opts);
     h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
+    h.update(format!("\0{}", c_size_limit()).as_bytes());
     Some(hex(h))
 }
 
@@ -351,25 +387,52 @@ fn hex(h: Sha256) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The executable the program of source key `key` compiled to before, if it is still there.
-pub fn cached_by_source(key: &str) -> Option<PathBuf> {
+/// What the source cache records for a program.
+pub enum SourceRecord {
+    /// It compiled to this executable (in the executable cache).
+    Executable(PathBuf),
+    /// `vlad run` runs it in the evaluator, for this reason (one line): a decision that does
+    /// not depend on the machine's load (a time-out is never recorded).
+    Evaluator(String),
+}
+
+/// What the source cache records for the program of source key `key`, if anything that is
+/// still valid (an executable that is gone is ignored).
+pub fn cached_by_source(key: &str) -> Option<SourceRecord> {
     let dir = cache_dir();
-    let name = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
-    let exe = dir.join(name.trim());
+    let record = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
+    if let Some(reason) = record.strip_prefix("evaluator ") {
+        return Some(SourceRecord::Evaluator(reason.trim().to_string()));
+    }
+    let name = record.trim();
+    let exe = dir.join(name);
     // Only a name of the executable cache: the record cannot point elsewhere.
-    (name.trim().len() == 32 && name.trim().bytes().all(|b| b.is_ascii_hexdigit()) && exe.is_file())
-        .then_some(exe)
+    (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) && exe.is_file())
+        .then_some(SourceRecord::Executable(exe))
 }
 
 /// Records that the program of source key `key` compiled to `exe` (in the cache directory).
-/// Written to a temporary name and renamed, so a concurrent reader sees all of it or nothing.
 pub fn remember_source(key: &str, exe: &Path) {
-    let (Some(name), dir) = (exe.file_name(), cache_dir()) else {
+    if let Some(name) = exe.file_name() {
+        write_record(key, &name.to_string_lossy());
+    }
+}
+
+/// Records that `vlad run` runs the program of source key `key` in the evaluator, and why.
+pub fn remember_evaluator(key: &str, reason: &str) {
+    write_record(key, &format!("evaluator {}", reason.replace('\n', " ")));
+}
+
+/// Writes a source-cache record to a temporary name and renames it, so a concurrent reader
+/// sees all of it or nothing.
+fn write_record(key: &str, text: &str) {
+    let dir = cache_dir();
+    if std::fs::create_dir_all(&dir).is_err() {
         return;
-    };
+    }
     let record = dir.join(format!("{}.src", &key[..32]));
     let partial = dir.join(format!("{}.src.{}", &key[..32], std::process::id()));
-    if std::fs::write(&partial, name.to_string_lossy().as_bytes()).is_ok() {
+    if std::fs::write(&partial, text.as_bytes()).is_ok() {
         let _ = std::fs::rename(&partial, &record);
     }
 }
