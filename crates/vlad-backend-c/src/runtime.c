@@ -5,6 +5,9 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/mman.h>
 
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
@@ -932,18 +935,70 @@ static double vl_read_real(int site) {
   return x;
 }
 
-/* ---- main: the program runs on a thread with a large stack (deep non-tail recursion). */
+/* ---- main: the program runs on a thread with a large stack (deep non-tail recursion: the
+   reverse sweep of a long loop recurses once per step), mapped by the kernel only as it is
+   used. Below it is a guard region; a fault there is reported as what it is, instead of a
+   bare segmentation fault. VLAD_STACK_BYTES sets the size (for tests). */
 #ifndef VL_SECONDARY
 static void vl_program(void);
-static void *vl_thread(void *arg) { (void)arg; vl_program(); return 0; }
+static char *vl_stack_lo;
+#define VL_STACK_GUARD ((size_t)1 << 16)
+static void vl_on_fault(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  char *a = (char *)si->si_addr;
+  if (vl_stack_lo && a >= vl_stack_lo - VL_STACK_GUARD && a < vl_stack_lo + 4096) {
+    static const char m[] =
+        "vlad: error: the compiled program ran out of stack (its recursion is deeper than its "
+        "stack allows); `vlad run --interp` runs it in the evaluator, which has no such limit\n";
+    fflush(stdout);
+    if (write(2, m, sizeof m - 1) < 0) _exit(1);
+    _exit(1);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+static void *vl_thread(void *arg) {
+  (void)arg;
+  /* The handler runs on a stack of its own: the thread's is full when it is called. */
+  static char alt[1 << 16];
+  stack_t ss;
+  ss.ss_sp = alt;
+  ss.ss_size = sizeof alt;
+  ss.ss_flags = 0;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = vl_on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  if (sigaltstack(&ss, 0) == 0) {
+    sigaction(SIGSEGV, &sa, 0);
+    sigaction(SIGBUS, &sa, 0);
+  }
+  vl_program();
+  return 0;
+}
 int main(void) {
   pthread_attr_t a;
   pthread_t t;
   pthread_attr_init(&a);
   size_t sizes[] = {(size_t)1 << 33, (size_t)1 << 30, (size_t)1 << 26};
+  const char *want = getenv("VLAD_STACK_BYTES");
+  if (want && atol(want) > 0) sizes[0] = ((size_t)atol(want) + 4095) & ~(size_t)4095;
   int ok = 0;
-  for (int i = 0; i < 3 && !ok; i++)
-    if (pthread_attr_setstacksize(&a, sizes[i]) == 0 && pthread_create(&t, &a, vl_thread, 0) == 0) ok = 1;
+  for (int i = 0; i < 3 && !ok; i++) {
+    char *p = mmap(0, sizes[i] + VL_STACK_GUARD, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    vl_stack_lo = p + VL_STACK_GUARD;
+    if (mprotect(p, VL_STACK_GUARD, PROT_NONE) == 0 &&
+        pthread_attr_setstack(&a, p + VL_STACK_GUARD, sizes[i]) == 0 &&
+        pthread_create(&t, &a, vl_thread, 0) == 0) {
+      ok = 1;
+    } else {
+      vl_stack_lo = 0;
+      munmap(p, sizes[i] + VL_STACK_GUARD);
+    }
+  }
   if (!ok) vl_program();
   else pthread_join(t, 0);
   fflush(stdout);

@@ -391,6 +391,39 @@ fn programs_too_large_to_compile_run_in_the_evaluator() {
     );
 }
 
+/// A compiled program whose recursion overflows its stack says so (and how to run it instead),
+/// after the output it printed before, rather than dying of a segmentation fault; with its
+/// usual stack (8 GiB, mapped as used) the same recursion runs.
+#[test]
+fn running_out_of_stack_is_reported() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "deep.vlad",
+        "(define (depth n) (if (= n 0) 0 (+ 1 (depth (- n 1)))))\n\
+         (depth (real 10))\n(depth (real 1000000))\n",
+    );
+    let small = vlad_env(
+        &root,
+        cache.path(),
+        &[("VLAD_STACK_BYTES", "100000")],
+        &["run", &file],
+    );
+    assert_eq!(small.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&small.stdout), "10\n");
+    assert_eq!(
+        String::from_utf8_lossy(&small.stderr),
+        "vlad: error: the compiled program ran out of stack (its recursion is deeper than its \
+         stack allows); `vlad run --interp` runs it in the evaluator, which has no such limit\n"
+    );
+    let usual = vlad(&root, cache.path(), &["run", &file]);
+    assert!(usual.status.success());
+    assert_eq!(String::from_utf8_lossy(&usual.stdout), "10\n1000000\n");
+    assert!(usual.stderr.is_empty());
+}
+
 /// The source cache knows every file a program loads: changing an included file compiles the
 /// program again (and a stale record pointing at a missing executable is not followed).
 #[test]
