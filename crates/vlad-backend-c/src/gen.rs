@@ -810,7 +810,7 @@ impl Gen<'_, '_> {
         let mut out = Vec::new();
         self.visit_leaves(av, &mut |l, x| {
             out.push(match x {
-                Av::Array(_, e) if l == Leaf::V => !self.layout(&e.shape())?.contains(&Leaf::V),
+                Av::Array(_, _, e) if l == Leaf::V => !self.layout(&e.shape())?.contains(&Leaf::V),
                 _ => false,
             });
             Ok(())
@@ -1534,8 +1534,8 @@ impl Gen<'_, '_> {
                 .collect(),
             // An array of the zeros of the elements, of the reverse array's length: the same
             // array where the elements' zeros need their leaves.
-            Av::Array(_, e) => {
-                let Av::Array(_, ze) = &forced else {
+            Av::Array(_, _, e) => {
+                let Av::Array(_, _, ze) = &forced else {
                     return self.unsupported("internal: the lazy zero of an array");
                 };
                 let keep = !static_zero(e);
@@ -1621,7 +1621,9 @@ impl Gen<'_, '_> {
                 out
             }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => self.coerce_leaves(x, leaves, y)?,
-            (Av::Array(t, x), Av::Array(u, y)) if t == u => self.coerce_array(&leaves[0], x, y)?,
+            (Av::Array(t, _, x), Av::Array(u, _, y)) if t == u => {
+                self.coerce_array(&leaves[0], x, y)?
+            }
             (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d && e1.len() == e2.len() => {
                 let parts = self.split(&e1.iter().collect::<Vec<_>>(), leaves)?;
                 let mut out = Vec::new();
@@ -1770,7 +1772,7 @@ impl Gen<'_, '_> {
                 }
                 return Ok(self.runtime_v(format!("vl_as_zero({b})")));
             }
-            Av::Array(t, e) => return self.box_array(&v.leaves[0], *t, e),
+            Av::Array(t, _, e) => return self.box_array(&v.leaves[0], *t, e),
         };
         let t = self.fresh("b");
         self.line(format!("V {t} = {e};"));
@@ -2379,7 +2381,7 @@ impl Gen<'_, '_> {
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(v, |s, x| s.split_forward(x, tangent))?
             }
-            Av::Array(_, e) => {
+            Av::Array(_, _, e) => {
                 let to = self.map_image(MapKind::Split(tangent), e)?;
                 let src = &v.leaves[0];
                 vec![self.map_flat(src, e, &to, |s, x| s.split_forward(&x, tangent))?]
@@ -2615,7 +2617,7 @@ impl Gen<'_, '_> {
                 )]
             }
             Av::Pair(..) | Av::Closure(..) => self.map_parts(&v, |s, x| s.tag_leaves(x, tag))?,
-            Av::Array(_, e) => {
+            Av::Array(_, _, e) => {
                 let to = self.map_image(MapKind::Tag(tag), e)?;
                 vec![self.map_flat(&v.leaves[0], e, &to, |s, x| s.tag_leaves(&x, tag))?]
             }
@@ -2640,7 +2642,7 @@ impl Gen<'_, '_> {
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(&v, |s, x| s.untag_leaves(x, tag, name))?
             }
-            Av::Array(_, e) => {
+            Av::Array(_, _, e) => {
                 let to = self.map_image(MapKind::Untag(tag), e)?;
                 let src = &v.leaves[0];
                 vec![self.map_flat(src, e, &to, |s, x| s.untag_leaves(&x, tag, name))?]
@@ -2667,7 +2669,7 @@ impl Gen<'_, '_> {
                 let ps = self.parts(&v, &[x])?;
                 self.zero_leaves(&ps[0], sensitivity)?
             }
-            Av::Array(_, e) => {
+            Av::Array(_, _, e) => {
                 let p = if sensitivity { Prim::SZero } else { Prim::Zero };
                 let to = self.elem_image(p, (**e).clone())?;
                 let src = &v.leaves[0];
@@ -2689,7 +2691,7 @@ impl Gen<'_, '_> {
             (Av::Pair(..), Av::Pair(..)) | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(p, t, true, |s, x, y| s.bundle(x, y))?
             }
-            (Av::Array(_, x), Av::Array(_, y)) => {
+            (Av::Array(_, _, x), Av::Array(_, _, y)) => {
                 let to = self.elem_image(Prim::Bundle, Av::pair((**x).clone(), (**y).clone()))?;
                 vec![self.zip_flat("bundle", p, t, &to, |s, x, y| s.bundle(&x, &y))?]
             }
@@ -2748,7 +2750,7 @@ impl Gen<'_, '_> {
             | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(a, b, false, |s, x, y| s.plus(x, y))?
             }
-            (Av::Array(_, x), Av::Array(_, y)) => {
+            (Av::Array(_, _, x), Av::Array(_, _, y)) => {
                 let to = self.elem_image(Prim::Plus, Av::pair((**x).clone(), (**y).clone()))?;
                 vec![self.zip_flat("plus", a, b, &to, |s, x, y| s.plus(&x, &y))?]
             }

@@ -574,6 +574,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("forward", ""),
     ("reverse-loop", "7\n"),
     ("forward-build", "4\n"),
+    ("array-lengths", "5\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

@@ -39,7 +39,7 @@ impl Analysis<'_> {
     /// The AD tag stack of an abstract value (as `Value::tags`).
     pub fn tags_of(&self, v: &Av) -> Tags {
         match v {
-            Av::Pair(t, ..) | Av::Array(t, _) => *t,
+            Av::Pair(t, ..) | Av::Array(t, ..) => *t,
             Av::Closure(c, _) => self.code_tags(*c),
             Av::Bundle(p, _) => self.tags_of(p).push(Tag::Forward).unwrap_or(Tags::EMPTY),
             Av::Tagged(t, x) => self.tags_of(x).push(*t).unwrap_or(Tags::EMPTY),
@@ -360,7 +360,7 @@ impl Analysis<'_> {
                 Av::bundle(p, t)
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.zero(x)?),
-            Av::Array(t, e) => Av::array(*t, self.zero(e)?),
+            Av::Array(t, n, e) => Av::array(*t, *n, self.zero(e)?),
             Av::Zero(of) => {
                 let m = self.force_zero(of)?;
                 self.zero(&m)?
@@ -381,7 +381,9 @@ impl Analysis<'_> {
                 let (a, d) = (self.tag(a, tag)?, self.tag(d, tag)?);
                 Av::tagged_pair(t.push(tag).expect("depth checked"), a, d)
             }
-            Av::Array(t, e) => Av::array(t.push(tag).expect("depth checked"), self.tag(e, tag)?),
+            Av::Array(t, n, e) => {
+                Av::array(t.push(tag).expect("depth checked"), *n, self.tag(e, tag)?)
+            }
             Av::Closure(c, env) => {
                 let Some(c2) = self.transform_code(*c, tag)? else {
                     return Ok(Av::Bottom);
@@ -410,7 +412,9 @@ impl Analysis<'_> {
                 let (a, d) = (self.untag(a, tag)?, self.untag(d, tag)?);
                 Av::tagged_pair(t.pop(), a, d)
             }
-            Av::Array(t, e) if t.top() == Some(tag) => Av::array(t.pop(), self.untag(e, tag)?),
+            Av::Array(t, n, e) if t.top() == Some(tag) => {
+                Av::array(t.pop(), *n, self.untag(e, tag)?)
+            }
             Av::Closure(c, _) if tag == Tag::Reverse && self.prim_version(*c, tag).is_some() => {
                 Av::Prim(self.prim_version(*c, tag).expect("checked"))
             }
@@ -461,11 +465,13 @@ impl Analysis<'_> {
                 }
                 _ => Av::Bottom,
             },
-            Av::Array(pt, pe) => match &t {
-                Av::Array(tt, te) if Some(*tt) == pt.push(Tag::Perturbation) => {
+            Av::Array(pt, pn, pe) => match &t {
+                Av::Array(tt, tn, te) if Some(*tt) == pt.push(Tag::Perturbation) => {
                     let e = self.bundle(pe, te)?;
+                    // Of different lengths, the run-time check fails.
+                    let n = if pn == tn { *pn } else { None };
                     match pt.push(Tag::Forward) {
-                        Some(tags) => Av::array(tags, e),
+                        Some(tags) => Av::array(tags, n, e),
                         None => Av::Bottom,
                     }
                 }
@@ -601,8 +607,8 @@ impl Analysis<'_> {
                 let (a, d) = (self.split(a, tangent)?, self.split(d, tangent)?);
                 Av::tagged_pair(Self::split_tags(*t, tangent), a, d)
             }
-            Av::Array(t, e) if t.top() == Some(Tag::Forward) => {
-                Av::array(Self::split_tags(*t, tangent), self.split(e, tangent)?)
+            Av::Array(t, n, e) if t.top() == Some(Tag::Forward) => {
+                Av::array(Self::split_tags(*t, tangent), *n, self.split(e, tangent)?)
             }
             Av::Closure(c, _) if self.prim_version(*c, Tag::Forward).is_some() => {
                 let q = Av::Prim(self.prim_version(*c, Tag::Forward).expect("checked"));
@@ -678,7 +684,10 @@ impl Analysis<'_> {
                 let (x, y) = (self.plus(a1, a2)?, self.plus(d1, d2)?);
                 Av::tagged_pair(*t, x, y)
             }
-            (Av::Array(t, x), Av::Array(u, y)) if t == u => Av::array(*t, self.plus(x, y)?),
+            (Av::Array(t, n, x), Av::Array(u, m, y)) if t == u => {
+                // Of different lengths, the run-time check fails.
+                Av::array(*t, if n == m { *n } else { None }, self.plus(x, y)?)
+            }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => Av::tagged(*t, self.plus(x, y)?),
             (Av::Bundle(p1, t1), Av::Bundle(p2, t2)) => {
                 let (x, y) = (self.plus(p1, p2)?, self.plus(t1, t2)?);
@@ -720,7 +729,7 @@ impl Analysis<'_> {
                 Av::bundle(p, t)
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
-            Av::Array(t, e) => Av::array(*t, self.szero(e)?),
+            Av::Array(t, n, e) => Av::array(*t, *n, self.szero(e)?),
             Av::Zero(_) => unreachable!("forced"),
             // A sensitivity holds no procedures.
             Av::Dyn(_) => Av::dyn_data(),
@@ -738,9 +747,9 @@ impl Analysis<'_> {
                     Av::Zero(d.clone()),
                 ))
             }
-            Av::Array(t, e) if t.top() == Some(Tag::Reverse) => {
+            Av::Array(t, n, e) if t.top() == Some(Tag::Reverse) => {
                 let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
-                Ok(Av::array(tags, Av::Zero(e.clone())))
+                Ok(Av::array(tags, *n, Av::Zero(e.clone())))
             }
             Av::Closure(c, env)
                 if self.code_tags(*c).top() == Some(Tag::Reverse)
@@ -785,7 +794,7 @@ impl Analysis<'_> {
             Av::Bundle(p, _) => (**p).clone(),
             Av::Tagged(_, x) => (**x).clone(),
             Av::Pair(t, a, d) => Av::Pair(t.pop(), a.clone(), d.clone()),
-            Av::Array(t, e) => Av::Array(t.pop(), e.clone()),
+            Av::Array(t, n, e) => Av::Array(t.pop(), *n, e.clone()),
             Av::Closure(c, _) if self.prim_version(*c, tag).is_some() => {
                 Av::Prim(self.prim_version(*c, tag).expect("checked"))
             }
@@ -838,12 +847,12 @@ impl Analysis<'_> {
                     _ => None,
                 };
                 match parts {
-                    Some((Av::Array(t, e), sy)) => {
+                    Some((Av::Array(t, n, e), sy)) => {
                         let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
                         // Each element is a zero sensitivity or `sy`. The whole is boxed: the
                         // compiled code keeps it lazy, as the evaluator does (a one-hot node
                         // in the runtime, O(1) where an array would cost O(n) per `get`).
-                        Av::array(tags, Av::Zero(e.clone()).join(&sy, &mut self.boxes))
+                        Av::array(tags, n, Av::Zero(e.clone()).join(&sy, &mut self.boxes))
                             .boxed(&mut self.boxes)
                     }
                     Some((d @ Av::Dyn(_), sy)) => d.join(&sy, &mut self.boxes),
@@ -856,15 +865,18 @@ impl Analysis<'_> {
 }
 
 impl Analysis<'_> {
-    /// `%list->array-rev`: the list a `build` loop accumulated, as an array with its tags.
+    /// `%list->array-rev`: the list a `build` loop accumulated, as an array with its tags
+    /// (and its length, where the list is known to its end).
     fn list_to_array(&mut self, l: &Av) -> R<Av> {
         let tags = self.tags_of(l);
         let mut elem = Av::Bottom;
         let mut rest = self.force(l)?;
+        let mut len = Some(0);
         loop {
             match rest {
                 Av::Pair(t, x, d) if t == tags => {
                     elem = elem.join(&x, &mut self.boxes);
+                    len = len.map(|n| n + 1);
                     rest = self.force(&d)?;
                 }
                 Av::Dyn(_) if elem == Av::Bottom && !matches!(l, Av::Pair(..)) => {
@@ -872,12 +884,18 @@ impl Analysis<'_> {
                 }
                 Av::Dyn(_) => {
                     elem = elem.join(&rest, &mut self.boxes);
+                    len = None;
                     break;
                 }
-                _ => break,
+                end => {
+                    if end != self.lift(Av::Nil, tags)? {
+                        len = None;
+                    }
+                    break;
+                }
             }
         }
-        Ok(Av::array(tags, elem))
+        Ok(Av::array(tags, len, elem))
     }
 }
 

@@ -751,7 +751,7 @@ impl<'a> Analysis<'a> {
             self.apply_t(f, &index)?
         };
         Ok(Some((
-            Av::array(tags, elem),
+            Av::array(tags, known_length(p), elem),
             Target::ForwardBuild(Box::new(target)),
         )))
     }
@@ -819,7 +819,10 @@ impl<'a> Analysis<'a> {
                 } else {
                     self.apply_t(&f, &Av::real())?
                 };
-                (Av::array(Tags::EMPTY, elem), Target::Build(Box::new(t)))
+                (
+                    Av::array(Tags::EMPTY, known_length(&n), elem),
+                    Target::Build(Box::new(t)),
+                )
             }
             _ => {
                 let Some((f, rest)) = two(a) else {
@@ -937,12 +940,13 @@ impl<'a> Analysis<'a> {
                     return Ok(Av::Bottom);
                 }
                 match self.force(&arr)? {
-                    Av::Array(_, e) => (*e).clone(),
+                    Av::Array(_, _, e) => (*e).clone(),
                     Av::Dyn(_) => arr,
                     _ => Av::Bottom,
                 }
             }
             Prim::ArrayLength => match self.force(a)? {
+                Av::Array(_, Some(n), _) => Av::known_real(n as f64),
                 Av::Array(..) | Av::Dyn(_) => Av::real(),
                 _ => Av::Bottom,
             },
@@ -970,7 +974,7 @@ fn may_equal(c: &Av, v: &Av) -> bool {
         (Av::Pair(t, a, b), Av::Pair(u, x, y)) => t == u && may_equal(a, x) && may_equal(b, y),
         (Av::Bundle(a, b), Av::Bundle(x, y)) => may_equal(a, x) && may_equal(b, y),
         (Av::Tagged(t, a), Av::Tagged(u, x)) => t == u && may_equal(a, x),
-        (Av::Array(t, _), Av::Array(u, _)) => t == u,
+        (Av::Array(t, ..), Av::Array(u, ..)) => t == u,
         _ => c == v,
     }
 }
@@ -997,10 +1001,23 @@ pub fn datum_av(d: &Datum) -> Av {
         // Data holds no procedures: joining its elements boxes no closure.
         Datum::Array(a) => Av::array(
             Tags::EMPTY,
+            Some(a.len() as u64),
             a.iter().fold(Av::Bottom, |acc, x| {
                 acc.join(&datum_av(x), &mut Boxes::default())
             }),
         ),
+    }
+}
+
+/// The length of an array `build` makes from this length, where it is known: a known
+/// natural number below 2^53, as the evaluator accepts (otherwise `build` fails).
+fn known_length(n: &Av) -> crate::domain::Len {
+    match n {
+        Av::Real(Some(r)) => {
+            let r = r.get();
+            (r >= 0.0 && r.fract() == 0.0 && r < 2f64.powi(53)).then_some(r as u64)
+        }
+        _ => None,
     }
 }
 

@@ -64,8 +64,9 @@ pub enum Av {
     /// A closure: its code and its environment, in the code's free-variable order. Its tags are
     /// its code's.
     Closure(CodeId, Rc<[Av]>),
-    /// An array of any length whose elements are all in the element value, with its tags.
-    Array(Tags, Rc<Av>),
+    /// An array whose elements are all in the element value, with its tags and its length
+    /// where that is known.
+    Array(Tags, Len, Rc<Av>),
     /// `(forward primal tangent)` of a scalar primal.
     Bundle(Rc<Av>, Rc<Av>),
     /// A scalar tagged `perturbation`, `sensitivity` or `reverse`.
@@ -76,6 +77,9 @@ pub enum Av {
     /// (sorted, without repeats; none: there are no procedures).
     Dyn(Rc<[Callee]>),
 }
+
+/// The length of an abstract array: known, or `None`.
+pub type Len = Option<u64>;
 
 /// Data (pairs, arrays) nested deeper than this is boxed (`Dyn`): it bounds the lattice, so the
 /// analysis terminates on programs that build structures of unbounded size.
@@ -135,8 +139,8 @@ impl Av {
         Av::Dyn(Rc::from([]))
     }
 
-    pub fn array(tags: Tags, e: Av) -> Av {
-        Av::Array(tags, Rc::new(e))
+    pub fn array(tags: Tags, len: Len, e: Av) -> Av {
+        Av::Array(tags, len, Rc::new(e))
     }
 
     /// The procedures a boxed copy of this value holds at its top level: closures and
@@ -155,7 +159,7 @@ impl Av {
                 out.push(Callee::Code(*c));
                 boxes.pending.push((*c, env.clone()));
             }
-            Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
+            Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
             Av::Dyn(cs) => out.extend(cs.iter().copied()),
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
         }
@@ -193,7 +197,9 @@ impl Av {
                     .map(|(x, y)| x.join(y, boxes))
                     .collect(),
             ),
-            (Av::Array(t1, x), Av::Array(t2, y)) if t1 == t2 => Av::array(*t1, x.join(y, boxes)),
+            (Av::Array(t1, n1, x), Av::Array(t2, n2, y)) if t1 == t2 => {
+                Av::array(*t1, if n1 == n2 { *n1 } else { None }, x.join(y, boxes))
+            }
             (Av::Dyn(a), Av::Dyn(b)) => {
                 // Shared rather than copied where the union is one of the two: joins of boxed
                 // values are frequent and their sets large.
@@ -237,7 +243,9 @@ impl Av {
             Av::Pair(t, a, b) => Av::tagged_pair(*t, a.shape(), b.shape()),
             Av::Bundle(a, b) => Av::bundle(a.shape(), b.shape()),
             Av::Closure(c, env) => Av::Closure(*c, env.iter().map(Av::shape).collect()),
-            Av::Array(t, e) => Av::array(*t, e.shape()),
+            // The length is a constant too: arrays built at each step of a loop at another
+            // length (a growing prefix) widen like the loop's counter.
+            Av::Array(t, _, e) => Av::array(*t, None, e.shape()),
             Av::Tagged(t, e) => Av::tagged(*t, e.shape()),
             Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
             _ => self.clone(),
@@ -275,7 +283,7 @@ impl Av {
             match v {
                 Av::Pair(_, a, b) | Av::Bundle(a, b) => go(a, left) && go(b, left),
                 Av::Closure(_, env) => env.iter().all(|x| go(x, left)),
-                Av::Array(_, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
+                Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
                 _ => true,
             }
         }
@@ -327,7 +335,15 @@ impl Av {
                 codes.pop();
                 Av::Closure(*c, env)
             }
-            Av::Array(t, e) => Av::array(*t, e.bounded_in(data - 1, n, codes, boxes)),
+            // The length of an array inside data (the rows of a matrix, the elements of a list
+            // a loop builds) is forgotten: arrays of different lengths there made every
+            // combination of them a key of its own (examples/array-calculus.vlad compiled to
+            // twice the C).
+            Av::Array(t, len, e) => Av::array(
+                *t,
+                if data < MAX_DEPTH { None } else { *len },
+                e.bounded_in(data - 1, n, codes, boxes),
+            ),
             Av::Zero(e) => Av::Zero(Rc::new(e.bounded_in(data - 1, n, codes, boxes))),
             _ => unreachable!("aggregates only"),
         }

@@ -20,7 +20,7 @@ impl Analysis<'_> {
     }
 
     /// An abstract value: `R` some real, `B` some boolean, constants as printed, `(a . d)`,
-    /// `#[e]` an array of elements `e`, `<name e1 ...>` a closure and its environment,
+    /// `#[e]` an array of elements `e` (`#[e; n]` of length `n`), `<name e1 ...>` a closure and its environment,
     /// `dyn{...}` a boxed value and the procedures it may contain.
     pub fn show_av(&self, v: &Av, place: &dyn Fn(Span) -> String) -> String {
         let mut s = String::new();
@@ -56,9 +56,12 @@ impl Analysis<'_> {
                 }
                 s.push('>');
             }
-            Av::Array(t, e) => {
+            Av::Array(t, n, e) => {
                 s.push_str("#[");
                 self.write_av(e, place, s);
+                if let Some(n) = n {
+                    let _ = write!(s, "; {n}");
+                }
                 s.push(']');
                 write_tags(*t, s);
             }

@@ -34,11 +34,13 @@ fn contains(a: &Av, v: &Value, w: &World) -> bool {
                     .zip(k.env.0.iter())
                     .all(|(x, y)| contains(x, y, w))
         }
-        (Av::Array(t, e), Value::Array(arr)) => {
-            arr.tags == *t && arr.elems.iter().all(|x| contains(e, x, w))
+        (Av::Array(t, n, e), Value::Array(arr)) => {
+            arr.tags == *t
+                && n.is_none_or(|n| n == arr.elems.len() as u64)
+                && arr.elems.iter().all(|x| contains(e, x, w))
         }
         // A lazy array sensitivity: its shape only.
-        (Av::Array(t, _), Value::SensArray(arr)) => arr.tags == *t,
+        (Av::Array(t, ..), Value::SensArray(arr)) => arr.tags == *t,
         (Av::Bundle(p, t), Value::Bundle(b)) => {
             contains(p, &b.primal, w) && contains(t, &b.tangent, w)
         }

@@ -1,7 +1,7 @@
 //! Arrays (paper 002): `build` (and its forward version), `ifold`, `get`, `array-length`, array
 //! literals and the AD operators on arrays, compiled to loops over *flat* arrays.
 //!
-//! The analysis gives an array one abstract element value (`Av::Array(tags, e)`), so every
+//! The analysis gives an array one abstract element value (`Av::Array(tags, len, e)`), so every
 //! element has the same layout: the array is one `V` leaf pointing to a runtime object whose
 //! slot 0 is the length and whose element `i` is `k` slots at `1 + i*k ...` (`vl_flat`).
 //!
@@ -155,7 +155,7 @@ impl Gen<'_, '_> {
     /// The element value of an untagged array value.
     fn untagged_elem(av: &Av) -> Option<&Av> {
         match av {
-            Av::Array(t, e) if t.is_empty() => Some(e),
+            Av::Array(t, _, e) if t.is_empty() => Some(e),
             _ => None,
         }
     }
@@ -163,7 +163,7 @@ impl Gen<'_, '_> {
     /// The element value of an array value, whatever its tags.
     fn array_elem(av: &Av) -> Option<&Av> {
         match av {
-            Av::Array(_, e) => Some(e),
+            Av::Array(_, _, e) => Some(e),
             _ => None,
         }
     }
@@ -537,7 +537,7 @@ impl Gen<'_, '_> {
     /// built, the rest converted from their known values.
     pub(super) fn datum_leaves(&mut self, d: &Datum, tags: Tags, to: &Av) -> R<Vec<String>> {
         match (d, to) {
-            (Datum::Array(items), Av::Array(t, e)) if *t == tags => {
+            (Datum::Array(items), Av::Array(t, _, e)) if *t == tags => {
                 let arr = self.fresh("b");
                 self.line(format!(
                     "V {arr} = vl_flat({}, {});",
@@ -679,7 +679,7 @@ impl Gen<'_, '_> {
         self.map_kinds.insert(super::MapKind::ZeroSensitivity);
         let call = match &arr.av {
             Av::Dyn(_) => format!("vl_onehot({}, 0, 0u, 0, (long)({ix}), {s})", arr.leaves[0]),
-            Av::Array(t, e) if super::static_zero(e) => {
+            Av::Array(t, _, e) if super::static_zero(e) => {
                 let zero = self.boxed_val(&Val {
                     av: Av::Zero(std::rc::Rc::new((**e).clone())),
                     leaves: Vec::new(),
@@ -690,7 +690,7 @@ impl Gen<'_, '_> {
                     t.bits()
                 )
             }
-            Av::Array(t, e) => {
+            Av::Array(t, _, e) => {
                 let b = self.box_array(&arr.leaves[0], *t, e)?;
                 format!("vl_onehot({b}, 0, 0u, 0, (long)({ix}), {s})")
             }
@@ -709,7 +709,7 @@ impl Gen<'_, '_> {
         // Boxed by the runtime: a boxed array (`flat` 0), or a flat one of boxed elements.
         let flat = match out {
             Av::Dyn(_) => Some(0),
-            Av::Array(_, e) if matches!(**e, Av::Dyn(_)) => Some(1),
+            Av::Array(_, _, e) if matches!(**e, Av::Dyn(_)) => Some(1),
             _ => None,
         };
         if let Some(flat) = flat {
@@ -721,7 +721,7 @@ impl Gen<'_, '_> {
         }
         let e = match out {
             Av::Bottom => return Ok(Val::known(Av::Bottom)),
-            Av::Array(_, e) => (**e).clone(),
+            Av::Array(_, _, e) => (**e).clone(),
             _ => return self.unsupported("internal: `%list->array-rev` that is not an array"),
         };
         // A list of known length: its elements are stored in place, last first.
