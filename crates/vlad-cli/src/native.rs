@@ -446,19 +446,26 @@ pub fn run_executable(exe: &Path) -> Result<u8, String> {
         Some(c) => c.clamp(0, 255) as u8,
         // A closed pipe (`vlad run prog | head`) ends the program, as it ends the evaluator's
         // output, without an error.
-        None if broken_pipe(&status) => 0,
-        // Killed by another signal.
-        None => 70,
+        None if signal(&status) == Some(13) => 0,
+        // Killed by another signal: said, so that the status is not the only trace.
+        None => {
+            match signal(&status) {
+                Some(n) => eprintln!("vlad: the compiled program was killed by signal {n}"),
+                None => eprintln!("vlad: the compiled program ended abnormally"),
+            }
+            70
+        }
     })
 }
 
+/// The signal that ended a process, if one did.
 #[cfg(unix)]
-fn broken_pipe(status: &std::process::ExitStatus) -> bool {
+fn signal(status: &std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
-    status.signal() == Some(13)
+    status.signal()
 }
 
 #[cfg(not(unix))]
-fn broken_pipe(_: &std::process::ExitStatus) -> bool {
-    false
+fn signal(_: &std::process::ExitStatus) -> Option<i32> {
+    None
 }

@@ -424,6 +424,64 @@ fn running_out_of_stack_is_reported() {
     assert!(usual.stderr.is_empty());
 }
 
+/// A compiled program killed by a signal (here SIGTERM, while it waits for input) makes `vlad
+/// run` say so, with status 70, instead of ending without a word.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_compiled_program_killed_by_a_signal_is_reported() {
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(&dir, "wait.vlad", "(read-real)\n");
+    // Compiled first, so that the run below only runs it.
+    let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(["run", &file])
+        .env("VLAD_CACHE_DIR", cache.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run vlad");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("not compiled"));
+    let mut vlad = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(["run", &file])
+        .env("VLAD_CACHE_DIR", cache.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vlad");
+    // The compiled program is vlad's child: find it in /proc and end it.
+    let parent = vlad.id().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let child = loop {
+        let found = std::fs::read_dir("/proc").unwrap().find_map(|e| {
+            let e = e.ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...: the fields after the command name's parenthesis.
+            let ppid = stat.rsplit_once(") ")?.1.split(' ').nth(1)?;
+            (ppid == parent).then(|| e.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compiled program started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let killed = Command::new("kill")
+        .args(["-TERM", &child])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    drop(vlad.stdin.take());
+    let o = vlad.wait_with_output().expect("wait for vlad");
+    assert_eq!(o.status.code(), Some(70));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "vlad: the compiled program was killed by signal 15\n"
+    );
+}
+
 /// The source cache knows every file a program loads: changing an included file compiles the
 /// program again (and a stale record pointing at a missing executable is not followed).
 #[test]
