@@ -1853,7 +1853,7 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// A call of a boxed procedure: a `switch` over the codes (and primitives) of its class.
+    /// A call of a boxed procedure: a `switch` over the codes (and primitives) it may be.
     fn dispatch(&mut self, ts: &[Target], f: Val, a: Val, out: &Av, site: i64) -> R<Val> {
         if !matches!(f.av, Av::Dyn(_)) {
             return self.unsupported("internal: a dispatch on an unboxed procedure");
@@ -2393,8 +2393,8 @@ impl Gen<'_, '_> {
 
     /// `runtime_v` of an AD map of a boxed value, noting that the program needs the map of
     /// `kind` for boxed closures (`None`: the runtime maps closures without one). Every boxed
-    /// code gets the map, not only those in the value's classes: the runtime's maps recurse
-    /// into parts, whose classes differ.
+    /// code gets the map, not only the callees of the value: the runtime's maps recurse into
+    /// parts, whose callees differ.
     fn runtime_map(&mut self, kind: Option<MapKind>, e: String) -> String {
         self.map_kinds.extend(kind);
         self.runtime_v(e)

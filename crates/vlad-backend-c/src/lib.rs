@@ -12,7 +12,7 @@
 //! Boxed values (`Av::Dyn`) are pointers to tagged heap objects of the runtime
 //! (`runtime.c`), allocated in an arena; a boxed closure keeps its code number and its leaves in
 //! the layout of its code's environment summary, and a call of a boxed procedure is a `switch`
-//! over the codes of its class. Converting a value to the layout of a wider abstract value
+//! over the codes it may be. Converting a value to the layout of a wider abstract value
 //! (`coerce`) is where known constants are materialised and values are boxed.
 //!
 //! The AD operators are maps over the layouts: `perturb`, `*j`, ... change tags only and keep
