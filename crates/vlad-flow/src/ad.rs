@@ -5,7 +5,7 @@
 //! exactly the code the evaluator would run.
 
 use crate::analysis::{two, Analysis, FlowError};
-use crate::domain::{Av, Callee, CodeId};
+use crate::domain::{join_len, Av, Callee, CodeId};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
@@ -468,10 +468,8 @@ impl Analysis<'_> {
             Av::Array(pt, pn, pe) => match &t {
                 Av::Array(tt, tn, te) if Some(*tt) == pt.push(Tag::Perturbation) => {
                     let e = self.bundle(pe, te)?;
-                    // Of different lengths, the run-time check fails.
-                    let n = if pn == tn { *pn } else { None };
                     match pt.push(Tag::Forward) {
-                        Some(tags) => Av::array(tags, n, e),
+                        Some(tags) => Av::array(tags, join_len(*pn, *tn), e),
                         None => Av::Bottom,
                     }
                 }
@@ -685,8 +683,7 @@ impl Analysis<'_> {
                 Av::tagged_pair(*t, x, y)
             }
             (Av::Array(t, n, x), Av::Array(u, m, y)) if t == u => {
-                // Of different lengths, the run-time check fails.
-                Av::array(*t, if n == m { *n } else { None }, self.plus(x, y)?)
+                Av::array(*t, join_len(*n, *m), self.plus(x, y)?)
             }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => Av::tagged(*t, self.plus(x, y)?),
             (Av::Bundle(p1, t1), Av::Bundle(p2, t2)) => {

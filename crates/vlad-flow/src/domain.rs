@@ -81,6 +81,16 @@ pub enum Av {
 /// The length of an abstract array: known, or `None`.
 pub type Len = Option<u64>;
 
+/// The length of the join of two arrays, or of `bundle` or `plus` of them (where lengths that
+/// differ fail at run time): known if both are and agree.
+pub fn join_len(a: Len, b: Len) -> Len {
+    if a == b {
+        a
+    } else {
+        None
+    }
+}
+
 /// Data (pairs, arrays) nested deeper than this is boxed (`Dyn`): it bounds the lattice, so the
 /// analysis terminates on programs that build structures of unbounded size.
 pub const MAX_DEPTH: usize = 10;
@@ -198,7 +208,7 @@ impl Av {
                     .collect(),
             ),
             (Av::Array(t1, n1, x), Av::Array(t2, n2, y)) if t1 == t2 => {
-                Av::array(*t1, if n1 == n2 { *n1 } else { None }, x.join(y, boxes))
+                Av::array(*t1, join_len(*n1, *n2), x.join(y, boxes))
             }
             (Av::Dyn(a), Av::Dyn(b)) => {
                 // Shared rather than copied where the union is one of the two: joins of boxed
