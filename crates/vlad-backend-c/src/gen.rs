@@ -629,7 +629,7 @@ pub fn generate(
             carriable.insert(*k, flags);
         }
     }
-    let funs = texts
+    let mut funs: Vec<crate::units::Function> = texts
         .iter()
         .zip(sigs)
         .map(|((k, text), sig)| {
@@ -648,6 +648,9 @@ pub fn generate(
             }
         })
         .collect();
+    // Deep recursion runs on an explicit stack beyond a native budget (`machine.rs`).
+    let next = funs.iter().map(|f| f.number).max().map_or(0, |n| n + 1);
+    let (frames, _) = crate::machine::add_machines(&mut funs, next);
     let main = format!(
         "static void vl_program(void) {{\n  vl_init_constants();\n{}}}\n",
         finish_marks(&g.body, &allocating)
@@ -699,7 +702,7 @@ pub fn generate(
     Ok(crate::units::CProgram {
         head,
         code_slots,
-        structs: g.struct_defs,
+        structs: g.struct_defs + &frames,
         constants: g.constant_decls,
         funs,
         entry,

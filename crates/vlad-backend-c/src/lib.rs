@@ -26,6 +26,7 @@
 //! back to the evaluator.
 
 mod gen;
+mod machine;
 mod units;
 
 pub use gen::{generate, Unsupported};

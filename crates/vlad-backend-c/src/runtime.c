@@ -397,6 +397,51 @@ static void vl_fail_internal(const char *m) {
   fprintf(stderr, "vlad: internal error in compiled code: %s\n", m);
   exit(70);
 }
+/* ---- the explicit stack of deep recursion (crates/vlad-backend-c/src/machine.rs). A function
+   of a recursive component with non-tail calls inside it runs natively until the C stack is
+   deeper than a budget (VL_DEEP, tested at each call between members: VLAD_NATIVE_DEPTH_BYTES,
+   1 MiB by default); beyond it the call goes to the component's machine, whose frames (a member's locals, a resume point, where its
+   result goes, the caller's frame) are pushed here, on memory reserved once and mapped by the
+   kernel as it is used. Frames are popped in LIFO order, machines nested in machines
+   included. */
+typedef struct vl_frame { int fn, pc; void *ret; struct vl_frame *prev; } vl_frame;
+VL_SHARED char *vl_xs_top;
+VL_SHARED char *vl_xs_end;
+VL_SHARED char *vl_native_floor;
+#if defined(__GNUC__)
+#define VL_COLD __attribute__((cold))
+#define VL_DEEP() __builtin_expect((char *)__builtin_frame_address(0) < vl_native_floor, 0)
+#else
+#define VL_COLD
+#define VL_DEEP() 0
+#endif
+static void vl_xs_grow(size_t n) {
+  if (!vl_xs_top) {
+    size_t sizes[] = {(size_t)1 << 38, (size_t)1 << 35, (size_t)1 << 32, (size_t)1 << 28};
+    for (int i = 0; i < 4; i++) {
+      char *p = mmap(0, sizes[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+      if (p != MAP_FAILED) {
+        vl_xs_top = p;
+        vl_xs_end = p + sizes[i];
+        break;
+      }
+    }
+  }
+  if (!vl_xs_top || (size_t)(vl_xs_end - vl_xs_top) < n) {
+    fflush(stdout);
+    fprintf(stderr, "vlad: error: the compiled program ran out of memory for the frames of its "
+                    "recursion\n");
+    exit(1);
+  }
+}
+static inline void *vl_push(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if ((size_t)(vl_xs_end - vl_xs_top) < n) vl_xs_grow(n);
+  char *p = vl_xs_top;
+  vl_xs_top = p + n;
+  return p;
+}
 /* "<head><description of v><tail>" at a site */
 static void vl_fail_value(int site, const char *head, V v, const char *tail) {
   vl_buf b = {0, 0, 0};
@@ -957,6 +1002,22 @@ static void vl_on_fault(int sig, siginfo_t *si, void *ctx) {
   signal(sig, SIG_DFL);
   raise(sig);
 }
+static size_t vl_stack_size;
+/* The C stack depth beyond which deep recursion goes to the explicit stack: 1 MiB, or half the
+   stack if that is less; VLAD_NATIVE_DEPTH_BYTES sets it as it is (0: every call of a deep
+   component runs in its machine, as the tests run them all once; more than the stack: none
+   does, and a deep recursion runs out of stack). */
+static void vl_set_native_floor(size_t stack) {
+#if defined(__GNUC__)
+  size_t budget = (size_t)1 << 20;
+  if (budget > stack / 2) budget = stack / 2;
+  const char *want = getenv("VLAD_NATIVE_DEPTH_BYTES");
+  if (want) budget = (size_t)atol(want);
+  vl_native_floor = (char *)__builtin_frame_address(0) - budget;
+#else
+  (void)stack;
+#endif
+}
 static void *vl_thread(void *arg) {
   (void)arg;
   /* The handler runs on a stack of its own: the thread's is full when it is called. */
@@ -974,6 +1035,7 @@ static void *vl_thread(void *arg) {
     sigaction(SIGSEGV, &sa, 0);
     sigaction(SIGBUS, &sa, 0);
   }
+  vl_set_native_floor(vl_stack_size);
   vl_program();
   return 0;
 }
@@ -990,6 +1052,7 @@ int main(void) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) continue;
     vl_stack_lo = p + VL_STACK_GUARD;
+    vl_stack_size = sizes[i];
     if (mprotect(p, VL_STACK_GUARD, PROT_NONE) == 0 &&
         pthread_attr_setstack(&a, p + VL_STACK_GUARD, sizes[i]) == 0 &&
         pthread_create(&t, &a, vl_thread, 0) == 0) {
@@ -999,7 +1062,10 @@ int main(void) {
       munmap(p, sizes[i] + VL_STACK_GUARD);
     }
   }
-  if (!ok) vl_program();
+  if (!ok) {
+    vl_set_native_floor((size_t)1 << 22);
+    vl_program();
+  }
   else pthread_join(t, 0);
   fflush(stdout);
   /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed). */

@@ -62,6 +62,10 @@ const NATIVE: &[&str] = &[
 /// (docs/backend-c.md).
 const SKIPPED: &[&str] = &["tests/array/property.vlad"];
 
+/// The setting that runs every call of a recursive component with non-tail calls in the
+/// component's explicit-stack machine, at any depth (crates/vlad-backend-c/src/machine.rs).
+const MACHINES_ONLY: (&str, &str) = ("VLAD_NATIVE_DEPTH_BYTES", "0");
+
 fn vlad(root: &Path, cache: &Path, args: &[&str]) -> Output {
     vlad_env(root, cache, &[], args)
 }
@@ -134,6 +138,15 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
     };
     let (nout, nerr) = text(&native);
     let (eout, eerr) = text(&eval);
+    // Every call of a deep recursive component in its explicit-stack machine (machine.rs).
+    let machine = vlad_env(root, cache, &[MACHINES_ONLY], &["run", rel]);
+    let (mout, merr) = text(&machine);
+    if !same_output(&mout, &eout) || merr != eerr || machine.status.code() != eval.status.code() {
+        return Err(format!(
+            "{rel}: native code run in its machines and the evaluator differ\n--- machines ({}):\n{mout}{merr}\n--- evaluator ({}):\n{eout}{eerr}",
+            machine.status, eval.status
+        ));
+    }
     if nerr.contains("not compiled to native code") {
         return Err(format!(
             "{rel}: `vlad run` fell back to the evaluator:\n{nerr}"
@@ -211,6 +224,35 @@ fn native_code_prints_what_the_evaluator_prints() {
 /// are split here on request, so every run of the tests checks the split: shared runtime state
 /// (the arena, error sites, boxed constants), the AD maps of boxed closures in unit 0, and
 /// calls across units.
+/// Every recursive component with a non-tail call of every example and test program gets its
+/// explicit-stack machine: the machine pass recognises the generated code's every shape
+/// (a component it leaves native would recurse on the C stack).
+#[test]
+fn every_deep_recursion_gets_an_explicit_stack_machine() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let mut machines = 0;
+    for rel in programs(&root) {
+        let out = vlad(&root, cache.path(), &["compile", &rel, "--emit", "c"]);
+        if !out.status.success() {
+            continue; // an expansion error on purpose (tests/array/arrays.vlad)
+        }
+        let c = String::from_utf8_lossy(&out.stdout);
+        let line = c
+            .lines()
+            .find(|l| l.starts_with("/* deep recursive components: "))
+            .unwrap_or_else(|| panic!("{rel}: no count of deep components"));
+        assert!(line.ends_with(", 0 left native */"), "{rel}: {line}");
+        machines += line
+            .trim_start_matches("/* deep recursive components: ")
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .expect("a count");
+    }
+    assert!(machines >= 100, "only {machines} machines");
+}
+
 #[test]
 fn programs_split_into_units_print_what_the_evaluator_prints() {
     let root = repo_root();
@@ -391,11 +433,12 @@ fn programs_too_large_to_compile_run_in_the_evaluator() {
     );
 }
 
-/// A compiled program whose recursion overflows its stack says so (and how to run it instead),
-/// after the output it printed before, rather than dying of a segmentation fault; with its
-/// usual stack (8 GiB, mapped as used) the same recursion runs.
+/// A deep non-tail recursion runs in a small C stack: beyond a budget (half the stack here),
+/// its calls go to the component's explicit-stack machine (machine.rs). A recursion that
+/// still overflows the stack (here: the budget set beyond it) says so, and how to run it
+/// instead, after the output it printed before, rather than dying of a segmentation fault.
 #[test]
-fn running_out_of_stack_is_reported() {
+fn deep_recursion_runs_in_a_small_stack_and_an_overflow_is_reported() {
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a scratch directory");
@@ -411,17 +454,53 @@ fn running_out_of_stack_is_reported() {
         &[("VLAD_STACK_BYTES", "100000")],
         &["run", &file],
     );
-    assert_eq!(small.status.code(), Some(1));
-    assert_eq!(String::from_utf8_lossy(&small.stdout), "10\n");
+    assert!(small.status.success(), "{small:?}");
+    assert_eq!(String::from_utf8_lossy(&small.stdout), "10\n1000000\n");
+    assert!(small.stderr.is_empty());
+    let native_only = vlad_env(
+        &root,
+        cache.path(),
+        &[
+            ("VLAD_STACK_BYTES", "100000"),
+            ("VLAD_NATIVE_DEPTH_BYTES", "100000000"),
+        ],
+        &["run", &file],
+    );
+    assert_eq!(native_only.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&native_only.stdout), "10\n");
     assert_eq!(
-        String::from_utf8_lossy(&small.stderr),
+        String::from_utf8_lossy(&native_only.stderr),
         "vlad: error: the compiled program ran out of stack (its recursion is deeper than its \
          stack allows); `vlad run --interp` runs it in the evaluator, which has no such limit\n"
     );
-    let usual = vlad(&root, cache.path(), &["run", &file]);
-    assert!(usual.status.success());
-    assert_eq!(String::from_utf8_lossy(&usual.stdout), "10\n1000000\n");
-    assert!(usual.stderr.is_empty());
+}
+
+/// The reverse sweep of a loop of 10^6 steps (the forward sweep and the backpropagator chain
+/// both recurse once per step) runs natively in a C stack of 1 MB, where the native recursion
+/// alone needs about 170 MB: its frames are on the explicit stack (benches/reverse-loop.vlad,
+/// whose Euler value for n = 10^6 is 1.10118055776934...).
+#[test]
+fn a_reverse_derivative_through_a_long_loop_runs_in_a_small_stack() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let out = vlad_with_input(
+        &root,
+        cache.path(),
+        &[("VLAD_STACK_BYTES", "1000000")],
+        &["run", "benches/reverse-loop.vlad"],
+        "1000000\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("vlad: arena:") && err.lines().count() == 1,
+        "{err}"
+    );
+    let x: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a real");
+    assert!((x - 1.101_180_557_769_34).abs() < 1e-12, "{x}");
 }
 
 /// A compiled program killed by a signal (here SIGTERM, while it waits for input) makes `vlad
@@ -513,13 +592,20 @@ fn changing_an_included_file_compiles_again() {
 }
 
 /// `vlad ARGS` with `input` on standard input and `VLAD_ARENA_STATS` set.
-fn vlad_with_input(root: &Path, cache: &Path, args: &[&str], input: &str) -> Output {
+fn vlad_with_input(
+    root: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    input: &str,
+) -> Output {
     use std::io::Write as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
         .args(args)
         .current_dir(root)
         .env("VLAD_CACHE_DIR", cache)
         .env("VLAD_ARENA_STATS", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -563,8 +649,14 @@ fn loops_carrying_arrays_run_in_constant_memory() {
     );
     for mode in 0..4 {
         let small = format!("50 7 {mode}\n");
-        let native = vlad_with_input(&root, cache.path(), &["run", &file], &small);
-        let eval = vlad_with_input(&root, cache.path(), &["run", "--interp", &file], &small);
+        let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], &small);
+        let eval = vlad_with_input(
+            &root,
+            cache.path(),
+            &[],
+            &["run", "--interp", &file],
+            &small,
+        );
         let stderr = String::from_utf8_lossy(&native.stderr);
         assert!(
             native.status.success() && !stderr.contains("not compiled"),
@@ -578,6 +670,7 @@ fn loops_carrying_arrays_run_in_constant_memory() {
         let big = vlad_with_input(
             &root,
             cache.path(),
+            &[],
             &["run", &file],
             &format!("1000 20000 {mode}\n"),
         );
@@ -732,6 +825,22 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         );
         let native = vlad(&root, cache.path(), &["run", "-I", lib, &file]);
         let eval = vlad(&root, cache.path(), &["run", "--interp", "-I", lib, &file]);
+        let machine = vlad_env(
+            &root,
+            cache.path(),
+            &[MACHINES_ONLY],
+            &["run", "-I", lib, &file],
+        );
+        if !same_output(
+            &String::from_utf8_lossy(&machine.stdout),
+            &String::from_utf8_lossy(&native.stdout),
+        ) || machine.status.code() != native.status.code()
+        {
+            failures.push(format!(
+                "random{n}.vlad: run in its machines, native code prints\n{}",
+                String::from_utf8_lossy(&machine.stdout)
+            ));
+        }
         let (nout, nerr) = (
             String::from_utf8_lossy(&native.stdout),
             String::from_utf8_lossy(&native.stderr),
