@@ -21,7 +21,9 @@
 //!
 //! Arrays are flat runtime objects (`gen/arrays.rs`), with AD tags of either mode, boxed by
 //! reference where they are part of a boxed value; the sensitivity of a reverse-mode `get` is
-//! a lazy one-hot object of the runtime. What the backend cannot compile is reported as
+//! a lazy one-hot object of the runtime. Recursion with non-tail calls (a reverse-mode loop's
+//! forward sweep and backpropagator chain) goes, once the C stack is deep, to an explicit-stack
+//! version of its component (`machine.rs`). What the backend cannot compile is reported as
 //! `Unsupported` with a reason and a position in the user's program; `vlad run` then falls
 //! back to the evaluator.
 

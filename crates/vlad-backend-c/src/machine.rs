@@ -13,12 +13,14 @@
 //! dispatch; a `return` stores the result through the frame and pops it; a tail call between
 //! members replaces the frame. The machine itself never recurses natively, so a recursion of
 //! any depth inside the component uses a constant amount of C stack, and its frames hold only
-//! the member's locals.
+//! the member's parameters and the locals it needs after a call.
 //!
-//! The native members stay as they were (they are faster: locals in registers) and gain one
-//! test on entry: once the C stack is deeper than a budget (`VL_DEEP`, `VLAD_NATIVE_DEPTH_BYTES`,
-//! 1 MiB by default), the call is handed to the machine. Shallow recursion runs natively;
-//! deep recursion runs natively down to the budget and in the machine beyond it.
+//! The native members stay as they were (they are faster: locals in registers), but for one
+//! test at each non-tail call of another member: once the C stack is deeper than a budget
+//! (`VL_DEEP`, `VLAD_NATIVE_DEPTH_BYTES`, 1 MiB by default), the call goes to the machine,
+//! through an entry function of the callee. Shallow recursion runs natively; deep recursion
+//! runs natively down to the budget and in the machine beyond it. (Only non-tail calls grow
+//! the stack; a component's recursion is deep only through calls between its members.)
 //!
 //! The pass works on the generated text, which has a small, regular grammar: a call of a
 //! generated function is always `T t = fK(...);`, `fK(...);` or `return fK(...);`. A component
@@ -203,56 +205,13 @@ pub(crate) fn add_machines(funs: &mut Vec<Function>, mut next: usize) -> (String
     (structs, count)
 }
 
-/// The strongly connected components of the graph (Tarjan's algorithm, iteratively).
+/// The strongly connected components of the graph, each sorted.
 fn components(calls: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    let n = calls.len();
-    let mut index = vec![usize::MAX; n];
-    let mut low = vec![0; n];
-    let mut on = vec![false; n];
-    let mut stack = Vec::new();
-    let mut out = Vec::new();
-    let mut counter = 0;
-    for root in 0..n {
-        if index[root] != usize::MAX {
-            continue;
-        }
-        let mut work: Vec<(usize, usize)> = vec![(root, 0)];
-        while let Some(&mut (v, ref mut e)) = work.last_mut() {
-            if *e == 0 && index[v] == usize::MAX {
-                index[v] = counter;
-                low[v] = counter;
-                counter += 1;
-                stack.push(v);
-                on[v] = true;
-            }
-            if let Some(&w) = calls[v].get(*e) {
-                *e += 1;
-                if index[w] == usize::MAX {
-                    work.push((w, 0));
-                } else if on[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-                continue;
-            }
-            work.pop();
-            if let Some(&(u, _)) = work.last() {
-                low[u] = low[u].min(low[v]);
-            }
-            if low[v] == index[v] {
-                let mut c = Vec::new();
-                while let Some(w) = stack.pop() {
-                    on[w] = false;
-                    c.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                c.sort_unstable();
-                out.push(c);
-            }
-        }
+    let mut cs = vlad_syntax::program::tarjan(calls.len(), calls);
+    for c in &mut cs {
+        c.sort_unstable();
     }
-    out
+    cs
 }
 
 /// Whether the text calls a member other than by `return fK(...)`.

@@ -409,7 +409,11 @@ VL_SHARED char *vl_xs_top;
 VL_SHARED char *vl_xs_end;
 VL_SHARED char *vl_native_floor;
 #if defined(__GNUC__)
-#define VL_COLD __attribute__((cold))
+/* The machines and their entries: rarely run, so optimised lightly and never inlined into, which
+   keeps saddle-RF's compile at 1.45 s of cc instead of 1.70 (its native run takes 10 % longer with
+   them than without: functions the native code called once are now called from the machine too,
+   and GCC no longer inlines them whatever their size). */
+#define VL_COLD __attribute__((cold, optimize("O1")))
 #define VL_DEEP() __builtin_expect((char *)__builtin_frame_address(0) < vl_native_floor, 0)
 #else
 #define VL_COLD

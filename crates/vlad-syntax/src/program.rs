@@ -397,8 +397,9 @@ fn wrap(arena: &mut Arena, defs: &[Def], body: ExprId) -> Result<ExprId, Diagnos
     Ok(acc)
 }
 
-/// Strongly connected components (iterative Tarjan).
-fn tarjan(n: usize, edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
+/// Strongly connected components (iterative Tarjan), callees' components before callers'. Also
+/// the C backend's, for the call graph of the generated functions.
+pub fn tarjan(n: usize, edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
     let mut index = vec![usize::MAX; n];
     let mut low = vec![0; n];
     let mut on = vec![false; n];
