@@ -76,9 +76,10 @@ pub fn generate_c(
 }
 
 /// The most generated C (its functions, in bytes) that `vlad run` compiles: `VLAD_MAX_C_MB`
-/// megabytes, default 8. The C compiler's time grows faster than the size: 3.4 MB (the
-/// largest test program but one) compile in 6 s on two cores, 62 MB
-/// (tests/array/property.vlad) in three minutes, against 4 s for the evaluator to run it.
+/// megabytes, default 8. The C compiler's time grows faster than the size: 6.8 MB (the
+/// largest test program but one) compile in 12 s on two cores, 73 MB
+/// (tests/array/property.vlad) in three and a half minutes, against 4 s for the evaluator to
+/// run it.
 pub(crate) fn c_size_limit() -> usize {
     let mb: f64 = std::env::var("VLAD_MAX_C_MB")
         .ok()
