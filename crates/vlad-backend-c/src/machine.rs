@@ -252,8 +252,9 @@ struct Machine {
 
 /// What a statement of a member's body is, by its first tokens.
 enum Stmt {
-    /// A declaration: its declarators (name, token range of the initializer), its type, the
-    /// end of the statement (the `;`), and whether it must live in the frame.
+    /// A declaration: its type, its declarators (name, token range of the initializer) and
+    /// the end of the statement (the `;`). Only those whose variables live in the frame are
+    /// kept (`analyse`); the others stay C declarations.
     Decl {
         ty: String,
         decls: Vec<(String, Option<(usize, usize)>)>,
@@ -276,6 +277,7 @@ enum Stmt {
 /// One member's body, analysed.
 struct Body<'a> {
     toks: Vec<Tok<'a>>,
+    /// The statements to rewrite, by the position of their first token.
     stmts: HashMap<usize, Stmt>,
     /// The names that live in the frame, with their C types (the parameters first).
     fields: Vec<(String, String)>,

@@ -399,20 +399,21 @@ static void vl_fail_internal(const char *m) {
 }
 /* ---- the explicit stack of deep recursion (crates/vlad-backend-c/src/machine.rs). A function
    of a recursive component with non-tail calls inside it runs natively until the C stack is
-   deeper than a budget (VL_DEEP, tested at each call between members: VLAD_NATIVE_DEPTH_BYTES,
-   1 MiB by default); beyond it the call goes to the component's machine, whose frames (a member's locals, a resume point, where its
-   result goes, the caller's frame) are pushed here, on memory reserved once and mapped by the
-   kernel as it is used. Frames are popped in LIFO order, machines nested in machines
-   included. */
+   deeper than a budget (VL_DEEP, tested at each call between members; VLAD_NATIVE_DEPTH_BYTES,
+   1 MiB by default); beyond it the call goes to the component's machine, whose frames (a
+   member's parameters and live locals, a resume point, where its result goes, the caller's
+   frame) are pushed here, on memory reserved once and mapped by the kernel as it is used.
+   Frames are popped in LIFO order, machines nested in machines included; the pages stay
+   mapped, as the arena's chunks do. */
 typedef struct vl_frame { int fn, pc; void *ret; struct vl_frame *prev; } vl_frame;
 VL_SHARED char *vl_xs_top;
 VL_SHARED char *vl_xs_end;
 VL_SHARED char *vl_native_floor;
 #if defined(__GNUC__)
 /* The machines and their entries: rarely run, so optimised lightly and never inlined into, which
-   keeps saddle-RF's compile at 1.45 s of cc instead of 1.70 (its native run takes 10 % longer with
-   them than without: functions the native code called once are now called from the machine too,
-   and GCC no longer inlines them whatever their size). */
+   keeps saddle-RF's compile at 1.45 s of cc instead of 1.70 (its native run takes about 9 %
+   longer with them than without: functions the native code called once are now called from the
+   machine too, and GCC no longer inlines them whatever their size). */
 #define VL_COLD __attribute__((cold, optimize("O1")))
 #define VL_DEEP() __builtin_expect((char *)__builtin_frame_address(0) < vl_native_floor, 0)
 #else
