@@ -1017,8 +1017,9 @@ static void vl_set_native_floor(size_t stack) {
   size_t budget = (size_t)1 << 20;
   if (budget > stack / 2) budget = stack / 2;
   const char *want = getenv("VLAD_NATIVE_DEPTH_BYTES");
-  if (want) budget = (size_t)atol(want);
-  vl_native_floor = (char *)__builtin_frame_address(0) - budget;
+  if (want) budget = atol(want) < 0 ? (size_t)-1 : (size_t)atol(want);
+  char *here = (char *)__builtin_frame_address(0);
+  vl_native_floor = budget >= (size_t)here ? 0 : here - budget;
 #else
   (void)stack;
 #endif
