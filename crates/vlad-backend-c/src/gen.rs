@@ -260,7 +260,7 @@ fn finish_marks(text: &str, allocating: &HashSet<usize>) -> String {
 }
 
 /// The parameters (C type, name) of a generated function's signature.
-fn parameters(sig: &str) -> Vec<(String, String)> {
+pub(crate) fn parameters(sig: &str) -> Vec<(String, String)> {
     let Some((_, ps)) = sig.split_once('(') else {
         return Vec::new();
     };

@@ -121,30 +121,27 @@ const KEYWORDS: [&str; 15] = [
     "while", "sizeof", "struct", "static",
 ];
 
-/// A member's signature: its return type (`void`, a scalar or a result struct) and its
-/// parameters.
+/// A member's signature: its text, its return type (`void`, a scalar or a result struct) and
+/// its parameters.
 struct Sig {
+    text: String,
     ret: String,
     params: Vec<(String, String)>,
 }
 
 fn signature(sig: &str, k: usize) -> Option<Sig> {
-    let (ret, rest) = sig.split_once(&format!(" f{k}("))?;
-    let ps = rest.strip_suffix(')')?;
-    let params = if ps == "void" || ps.is_empty() {
-        Vec::new()
-    } else {
-        ps.split(", ")
-            .map(|p| {
-                p.rsplit_once(' ')
-                    .map(|(t, n)| (t.to_string(), n.to_string()))
-            })
-            .collect::<Option<_>>()?
-    };
+    let (ret, _) = sig.split_once(&format!(" f{k}("))?;
     Some(Sig {
+        text: sig.to_string(),
         ret: ret.to_string(),
-        params,
+        params: crate::gen::parameters(sig),
     })
+}
+
+/// Where a generated function's body lies in its text: after the signature's `) {` line, up
+/// to the closing brace.
+fn body_range(text: &str) -> Option<std::ops::Range<usize>> {
+    Some(text.find(") {\n")? + 4..text.rfind('}')?)
 }
 
 /// The most C (the members' text) a component may have to get a machine. The machine is a
@@ -167,7 +164,7 @@ pub(crate) fn add_machines(funs: &mut Vec<Function>, mut next: usize) -> (String
         .iter()
         .map(|f| {
             // The body's calls (the signature names the function itself).
-            let body = f.text.split_once("{\n").map_or("", |(_, b)| b);
+            let body = body_range(&f.text).map_or("", |r| &f.text[r]);
             let mut cs: Vec<usize> = crate::gen::called_functions(body)
                 .into_iter()
                 .filter_map(|k| index.get(&k).copied())
@@ -183,9 +180,10 @@ pub(crate) fn add_machines(funs: &mut Vec<Function>, mut next: usize) -> (String
         let members: HashSet<usize> = scc.iter().map(|&i| funs[i].number).collect();
         let recursive = scc.len() > 1 || calls[scc[0]].contains(&scc[0]);
         if !recursive
-            || !scc
-                .iter()
-                .any(|&i| has_non_tail_call(&funs[i].text, &members))
+            || !scc.iter().any(|&i| {
+                body_range(&funs[i].text)
+                    .is_some_and(|r| has_non_tail_call(&funs[i].text[r], &members))
+            })
         {
             continue;
         }
@@ -201,8 +199,8 @@ pub(crate) fn add_machines(funs: &mut Vec<Function>, mut next: usize) -> (String
         structs.push_str(&m.structs);
         for (i, body) in m.natives {
             let text = &mut funs[i].text;
-            if let (Some(open), Some(close)) = (text.find(") {\n"), text.rfind('}')) {
-                text.replace_range(open + 4..close, &body);
+            if let Some(r) = body_range(text) {
+                text.replace_range(r, &body);
             }
         }
         next += 1 + m.entries.len();
@@ -226,9 +224,8 @@ fn components(calls: &[Vec<usize>]) -> Vec<Vec<usize>> {
     cs
 }
 
-/// Whether the text calls a member other than by `return fK(...)`.
-fn has_non_tail_call(text: &str, members: &HashSet<usize>) -> bool {
-    let body = text.split_once("{\n").map_or(text, |(_, b)| b);
+/// Whether the body calls a member other than by `return fK(...)`.
+fn has_non_tail_call(body: &str, members: &HashSet<usize>) -> bool {
     let toks: Vec<Tok> = tokenize(body)
         .into_iter()
         .filter(|t| t.kind != Kind::Space)
@@ -716,9 +713,7 @@ fn machine(
         let f = &funs[i];
         let k = f.number;
         let sig = signature(&f.signature, k)?;
-        let open = f.text.find(") {\n")? + 4;
-        let close = f.text.rfind('}')?;
-        let body = analyse(&f.text[open..close], &sig.params, members)?;
+        let body = analyse(&f.text[body_range(&f.text)?], &sig.params, members)?;
         ms.push(Member {
             index: i,
             k,
@@ -824,21 +819,11 @@ fn machine(
             continue;
         };
         let k = mb.k;
-        let params: Vec<String> = mb
+        // The member's own signature, renamed.
+        let definition = mb
             .sig
-            .params
-            .iter()
-            .map(|(t, n)| format!("{t} {n}"))
-            .collect();
-        let definition = format!(
-            "{} f{h}({})",
-            mb.sig.ret,
-            if params.is_empty() {
-                "void".to_string()
-            } else {
-                params.join(", ")
-            }
-        );
+            .text
+            .replacen(&format!(" f{k}("), &format!(" f{h}("), 1);
         let mut text = format!("{definition} {{\n  ");
         let args = if mb.sig.params.is_empty() {
             "0".to_string()
