@@ -804,15 +804,19 @@ fn machine(
     // members' entries: only a non-tail call grows the stack, and a test in every member
     // (a loop's head, a leaf) cost 10-15 % of saddle-RF's time.
     let mut entries = Vec::new();
+    // Numbered in the members' order (the statements are in a hash map: its order would make
+    // the C differ from one run to the next).
+    let called: HashSet<usize> = ms
+        .iter()
+        .flat_map(|mb| mb.body.stmts.values())
+        .filter_map(|st| match st {
+            Stmt::Call { callee, .. } => Some(*callee),
+            _ => None,
+        })
+        .collect();
     let mut entry_of = HashMap::new();
-    for mb in &ms {
-        for st in mb.body.stmts.values() {
-            if let Stmt::Call { callee, .. } = st {
-                if !entry_of.contains_key(callee) {
-                    entry_of.insert(*callee, m + 1 + entry_of.len());
-                }
-            }
-        }
+    for mb in ms.iter().filter(|mb| called.contains(&mb.k)) {
+        entry_of.insert(mb.k, m + 1 + entry_of.len());
     }
     for (j, mb) in ms.iter().enumerate() {
         let Some(&h) = entry_of.get(&mb.k) else {

@@ -226,7 +226,8 @@ fn native_code_prints_what_the_evaluator_prints() {
 /// calls across units.
 /// Every recursive component with a non-tail call of every example and test program gets its
 /// explicit-stack machine: the machine pass recognises the generated code's every shape
-/// (a component it leaves native would recurse on the C stack).
+/// (a component it leaves native would recurse on the C stack). The C is the same at each
+/// run.
 #[test]
 fn every_deep_recursion_gets_an_explicit_stack_machine() {
     let root = repo_root();
@@ -237,6 +238,11 @@ fn every_deep_recursion_gets_an_explicit_stack_machine() {
         if !out.status.success() {
             continue; // an expansion error on purpose (tests/array/arrays.vlad)
         }
+        let again = vlad(&root, cache.path(), &["compile", &rel, "--emit", "c"]);
+        assert!(
+            out.stdout == again.stdout,
+            "{rel}: the C differs from one run to the next"
+        );
         let c = String::from_utf8_lossy(&out.stdout);
         let line = c
             .lines()
