@@ -740,7 +740,7 @@ impl Gen<'_, '_> {
             let mut sites = callers.get(&f).cloned().unwrap_or_default();
             sites.sort();
             for (caller, e) in sites {
-                if let Expr::App(_, _, span) = self.an.ev.arena.get(e) {
+                if let Expr::App(_, _, span) = self.an.arena.get(e) {
                     if (self.render)(*span).is_some() {
                         return Some(*span);
                     }
@@ -776,7 +776,7 @@ impl Gen<'_, '_> {
     /// The index of the error site of `span` in the site table (-1: the last user call site,
     /// for errors inside built-in code).
     fn site(&mut self, span: Span) -> i64 {
-        if !vlad_eval::machine::is_user_span(span) {
+        if !span.is_user() {
             return -1;
         }
         if let Some(i) = self.site_ids.get(&span) {
@@ -984,7 +984,7 @@ impl Gen<'_, '_> {
     fn function(&mut self, k: usize) -> R<(String, String)> {
         let f = self.fun(k)?.clone();
         let code = self.prog.codes[f.code.0 as usize].clone();
-        let Expr::Lambda(pattern, body, span) = self.an.ev.arena.get(code.lambda()).clone() else {
+        let Expr::Lambda(pattern, body, span) = self.an.arena.get(code.lambda()).clone() else {
             return self.unsupported("internal: a code that is not a lambda");
         };
         self.span = span;
@@ -1060,7 +1060,7 @@ impl Gen<'_, '_> {
         ret: &Return,
         outer: &mut Vec<Av>,
     ) -> R<()> {
-        let node = self.an.ev.arena.get(e).clone();
+        let node = self.an.arena.get(e).clone();
         let Some(av) = self.recorded(e)? else {
             let v = self.expr(e, env)?;
             return self.ret(Some(v), ret, outer);
@@ -1229,14 +1229,14 @@ impl Gen<'_, '_> {
             self.line("vl_fail_internal(\"reached code the analysis found unreachable\");");
             return Ok(Val::known(Av::Bottom));
         };
-        let node = self.an.ev.arena.get(e).clone();
+        let node = self.an.arena.get(e).clone();
         let v = match node {
             Expr::Var(x) => {
                 let v = lookup(env, x)?;
                 if v.av != av && std::env::var_os("VLAD_C_DEBUG").is_some() {
                     eprintln!(
                         "var {} in f{}: bound to {:?}, recorded {:?}",
-                        self.an.ev.arena.var_name(x),
+                        self.an.arena.var_name(x),
                         self.key,
                         v.av,
                         av
@@ -1259,7 +1259,7 @@ impl Gen<'_, '_> {
                 let Av::Closure(_, fields) = &av else {
                     return self.unsupported("internal: a lambda that is not a closure");
                 };
-                let free = self.an.ev.arena.free_vars(e);
+                let free = self.an.arena.free_vars(e);
                 let mut leaves = Vec::new();
                 for (x, want) in free.iter().zip(fields.iter()) {
                     let v = lookup(env, *x)?;
@@ -2789,7 +2789,7 @@ fn known_text(v: &Av) -> Option<String> {
         match v {
             Av::Nil => s.push_str("()"),
             Av::Bool(Some(b)) => s.push_str(if *b { "#t" } else { "#f" }),
-            Av::Real(Some(x)) => s.push_str(&vlad_syntax::number::format_real(x.get())),
+            Av::Real(Some(x)) => s.push_str(&vlad_core::number::format_real(x.get())),
             Av::Prim(p) => {
                 let _ = write!(s, "<procedure:{}>", p.name());
             }

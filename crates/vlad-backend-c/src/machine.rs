@@ -217,7 +217,7 @@ pub(crate) fn add_machines(funs: &mut Vec<Function>, mut next: usize) -> (String
 
 /// The strongly connected components of the graph, each sorted.
 fn components(calls: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    let mut cs = vlad_syntax::program::tarjan(calls.len(), calls);
+    let mut cs = vlad_core::graph::tarjan(calls.len(), calls);
     for c in &mut cs {
         c.sort_unstable();
     }

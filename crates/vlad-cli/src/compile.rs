@@ -2,7 +2,6 @@
 
 use crate::{prepare, report};
 use std::path::{Path, PathBuf};
-use vlad_flow::Analysis;
 use vlad_syntax::Diagnostic;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -44,7 +43,10 @@ pub fn compile(
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
-    let mut analysis = Analysis::new(&mut ev);
+    let mut analysis = match vlad::analysis(&mut ev) {
+        Ok(a) => a,
+        Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
+    };
     analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
     let mut results = Vec::new();
     for te in &exprs {

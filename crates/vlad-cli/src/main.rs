@@ -200,7 +200,7 @@ pub(crate) fn evaluate(
         Engine::Eval | Engine::Native => ev.eval(core),
         Engine::Ir => {
             let compiled = {
-                let mut analysis = vlad_flow::Analysis::new(ev);
+                let mut analysis = vlad::analysis(ev)?;
                 analysis
                     .analyse(core)
                     .and_then(|entry| analysis.specialise(&[entry]))
@@ -208,7 +208,7 @@ pub(crate) fn evaluate(
             let program = compiled.map_err(|e| {
                 vlad_eval::EvalError::new(e.span, format!("cannot compile: {}", e.message))
             })?;
-            let mut exec = vlad_flow::Executor::new(ev, &program);
+            let mut exec = vlad::exec::Executor::new(ev, &program);
             exec.max_calls = max_steps;
             exec.run(program.entries[0])
         }

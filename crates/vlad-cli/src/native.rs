@@ -9,7 +9,6 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use vlad_backend_c::CProgram;
-use vlad_flow::Analysis;
 use vlad_syntax::{Diagnostic, SourceMap};
 
 /// Why a program was not compiled: one line for the user, and whether the evaluator should
@@ -48,7 +47,8 @@ pub fn generate_c(
     };
     let mut entries = Vec::new();
     let mut final_error = None;
-    let mut analysis = Analysis::new(&mut ev);
+    let mut analysis = vlad::analysis(&mut ev)
+        .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
     analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
     for te in &exprs {
         let core = match &te.core {

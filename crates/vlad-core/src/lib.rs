@@ -9,6 +9,9 @@
 
 pub mod datum;
 pub mod expr;
+pub mod graph;
+pub mod number;
+pub mod prelude;
 pub mod prim;
 pub mod reverse;
 pub mod span;
@@ -17,6 +20,7 @@ pub mod transform;
 
 pub use datum::Datum;
 pub use expr::{Arena, Expr, ExprId, Pattern, Var};
+pub use prelude::Prelude;
 pub use prim::Prim;
 pub use span::Span;
 pub use tags::{Tag, Tags};

@@ -152,6 +152,36 @@ impl Prim {
                 | Prim::IsReverse
         )
     }
+    /// The base (untagged) real function of a unary or binary arithmetic primitive (`y` is
+    /// ignored for unary ones). The one definition of VLAD's arithmetic: the evaluator computes
+    /// with it and the flow analysis folds constants with it, so folding never changes a result.
+    pub fn arith(self, x: f64, y: f64) -> f64 {
+        match self {
+            Prim::Add => x + y,
+            Prim::Sub => x - y,
+            Prim::Mul => x * y,
+            Prim::Div => x / y,
+            Prim::Atan => x.atan2(y),
+            Prim::Sqrt => x.sqrt(),
+            Prim::Exp => x.exp(),
+            Prim::Log => x.ln(),
+            Prim::Sin => x.sin(),
+            Prim::Cos => x.cos(),
+            _ => unreachable!("not arithmetic"),
+        }
+    }
+
+    /// A comparison of reals (as `arith`, shared by the evaluator and the analysis).
+    pub fn compare(self, x: f64, y: f64) -> bool {
+        match self {
+            Prim::Eq => x == y,
+            Prim::Lt => x < y,
+            Prim::Gt => x > y,
+            Prim::Le => x <= y,
+            Prim::Ge => x >= y,
+            _ => unreachable!("not a comparison"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,210 +17,6 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use vlad_core::{ExprId, Prim, Span, Tag, Tags, Var};
 
-/// The forward versions of the primitives, in VLAD. Each takes the forward-tagged argument `x`.
-/// Tangent rules are those of the issue (the order of operations fixes the last bits); the
-/// rearranging operators follow `((j* f) x) = (bundle (f (primal x)) (f (tangent x)))`.
-const FORWARD_PRELUDE: &str = r#"
-(define + (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
-  (bundle (+ x1 x2) (perturb (+ d1 d2))))))
-(define - (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
-  (bundle (- x1 x2) (perturb (- d1 d2))))))
-(define * (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
-  (bundle (* x1 x2) (perturb (+ (* x2 d1) (* x1 d2)))))))
-(define / (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
-  (bundle (/ x1 x2) (perturb (/ (- (* x2 d1) (* x1 d2)) (* x2 x2)))))))
-(define atan (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x))))
-  (bundle (atan x1 x2) (perturb (/ (- (* x2 d1) (* x1 d2)) (+ (* x1 x1) (* x2 x2))))))))
-(define sqrt (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
-  (let ((y (sqrt p))) (bundle y (perturb (/ d (+ y y))))))))
-(define exp (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
-  (let ((y (exp p))) (bundle y (perturb (* y d)))))))
-(define log (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
-  (bundle (log p) (perturb (/ d p))))))
-(define sin (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
-  (bundle (sin p) (perturb (* (cos p) d))))))
-(define cos (lambda (x) (let ((p (primal x)) (d (unperturb (tangent x))))
-  (bundle (cos p) (perturb (- 0 (* (sin p) d)))))))
-(define real (lambda (x) (bundle (real (primal x)) (tangent x))))
-(define write-real (lambda (x) (let ((p (write-real (primal x)))) x)))
-(define write (lambda (x) (let ((p (write (primal x)))) x)))
-(define read-real (lambda (x) (let ((r (read-real))) (bundle r (perturb 0)))))
-(define get (lambda ((%forward-cons a i)) (get a (primal i))))
-(define array-length (lambda (a) (bundle (array-length a) (perturb 0))))
-(define %build-length (lambda (n) (%build-length n)))
-(define %ifold-count (lambda (n) (%ifold-count n)))
-(define %list->array-rev (lambda (l) (%list->array-rev l)))
-(define %array->list-rev (lambda (a) (%array->list-rev a)))
-(define %onehot-sensitivity (lambda ((%forward-cons a (%forward-cons k s))) (let ((j (primal k)))
-  (bundle (%onehot-sensitivity (primal a) j (primal s))
-          (perturb (%onehot-sensitivity (unperturb (tangent a)) j (unperturb (tangent s))))))))
-"#;
-
-/// The reverse versions of the primitives (paper 003 §4), in VLAD. Each takes the reverse-tagged
-/// argument `x` and returns `(cons y~ backpropagator)`; a backpropagator takes the sensitivity of
-/// the result and returns the sensitivity-tagged `(cons '() x-bar)` (a primitive closes over
-/// nothing). Cotangent rules mirror the forward tangent rules.
-const REVERSE_PRELUDE: &str = r#"
-(define + (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
-  (cons (*j (+ x1 x2)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s s)))))))))
-(define - (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
-  (cons (*j (- x1 x2)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s (- 0 s))))))))))
-(define * (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
-  (cons (*j (* x1 x2))
-        (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (* x2 s) (* x1 s))))))))))
-(define / (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
-  (cons (*j (/ x1 x2))
-        (lambda (sy) (let ((s (unsensitize sy)))
-          (sensitize (cons '() (cons (/ s x2) (- 0 (/ (* x1 s) (* x2 x2))))))))))))
-(define atan (lambda (x) (let (((cons x1 x2) (*j-inverse x)))
-  (cons (*j (atan x1 x2))
-        (lambda (sy) (let ((s (unsensitize sy)) (d (+ (* x1 x1) (* x2 x2))))
-          (sensitize (cons '() (cons (/ (* x2 s) d) (/ (- 0 (* x1 s)) d))))))))))
-(define sqrt (lambda (x) (let ((p (*j-inverse x))) (let ((y (sqrt p)))
-  (cons (*j y) (lambda (sy) (sensitize (cons '() (/ (unsensitize sy) (+ y y))))))))))
-(define exp (lambda (x) (let ((p (*j-inverse x))) (let ((y (exp p)))
-  (cons (*j y) (lambda (sy) (sensitize (cons '() (* y (unsensitize sy))))))))))
-(define log (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (log p)) (lambda (sy) (sensitize (cons '() (/ (unsensitize sy) p))))))))
-(define sin (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (sin p)) (lambda (sy) (sensitize (cons '() (* (cos p) (unsensitize sy)))))))))
-(define cos (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (cos p)) (lambda (sy) (sensitize (cons '() (- 0 (* (sin p) (unsensitize sy))))))))))
-(define real (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (real p)) (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
-(define write-real (lambda (x) (let ((w (write-real (*j-inverse x))))
-  (cons x (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
-(define write (lambda (x) (let ((w (write (*j-inverse x))))
-  (cons x (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
-(define read-real (lambda (x) (let ((r (read-real)))
-  (cons (*j r) (lambda (sy) (sensitize (cons '() '())))))))
-(define zero (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (zero p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
-(define %sensitivity-zero (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (%sensitivity-zero p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
-(define %zero-sensitivity (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (%zero-sensitivity p)) (lambda (sy) (sensitize (cons '() (%sensitivity-zero p))))))))
-(define plus (lambda (x) (let (((cons a b) (*j-inverse x)))
-  (cons (*j (plus a b)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s s)))))))))
-(define *j (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (*j p)) (lambda (sy) (sensitize (cons '() (*j-inverse (unsensitize sy)))))))))
-(define *j-inverse (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (*j-inverse p)) (lambda (sy) (sensitize (cons '() (*j (unsensitize sy)))))))))
-(define perturb (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (perturb p)) (lambda (sy) (sensitize (cons '() (unperturb (unsensitize sy)))))))))
-(define unperturb (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (unperturb p)) (lambda (sy) (sensitize (cons '() (perturb (unsensitize sy)))))))))
-(define sensitize (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (sensitize p)) (lambda (sy) (sensitize (cons '() (unsensitize (unsensitize sy)))))))))
-(define unsensitize (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (unsensitize p)) (lambda (sy) (sensitize (cons '() (sensitize (unsensitize sy)))))))))
-(define primal (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (primal p))
-        (lambda (sy) (sensitize (cons '() (bundle (unsensitize sy) (%sensitivity-zero (tangent p))))))))))
-(define tangent (lambda (x) (let ((p (*j-inverse x)))
-  (cons (*j (tangent p))
-        (lambda (sy) (sensitize (cons '() (bundle (%sensitivity-zero (primal p)) (unsensitize sy)))))))))
-(define if-procedure
-  (lambda ((%reverse-cons c (%reverse-cons t e)))
-    (if c
-        (let (((cons y bp) (t (*j '()))))
-          (cons y (lambda (sy)
-                    (let (((%sensitivity-cons tbar ubar) (bp sy)))
-                      (%sensitivity-cons (sensitize '())
-                        (%sensitivity-cons (%zero-sensitivity c)
-                          (%sensitivity-cons tbar (%zero-sensitivity e))))))))
-        (let (((cons y bp) (e (*j '()))))
-          (cons y (lambda (sy)
-                    (let (((%sensitivity-cons ebar ubar) (bp sy)))
-                      (%sensitivity-cons (sensitize '())
-                        (%sensitivity-cons (%zero-sensitivity c)
-                          (%sensitivity-cons (%zero-sensitivity t) ebar))))))))))
-(define %shallow-primal (lambda (x)
-  (cons (*j (%shallow-primal (*j-inverse x)))
-        (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x))))))
-(define get (lambda ((%reverse-cons a i)) (let ((k (*j-inverse i)))
-  (cons (get a k)
-        (lambda (sy) (%sensitivity-cons (sensitize '())
-                       (%sensitivity-cons (%onehot-sensitivity a k sy) (%zero-sensitivity i))))))))
-(define array-length (lambda (a)
-  (cons (*j (array-length a)) (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity a))))))
-(define %build-length (lambda (n)
-  (cons (%build-length n) (lambda (sy) (%sensitivity-cons (sensitize '()) sy)))))
-(define %ifold-count (lambda (n)
-  (cons (%ifold-count n) (lambda (sy) (%sensitivity-cons (sensitize '()) sy)))))
-(define %list->array-rev (lambda (l)
-  (cons (%list->array-rev l) (lambda (sy) (%sensitivity-cons (sensitize '()) (%array->list-rev sy))))))
-(define %array->list-rev (lambda (a)
-  (cons (%array->list-rev a) (lambda (sy) (%sensitivity-cons (sensitize '()) (%list->array-rev sy))))))
-(define %onehot-sensitivity (lambda ((%reverse-cons a (%reverse-cons k s))) (let ((j (*j-inverse k)))
-  (cons (*j (%onehot-sensitivity (*j-inverse a) j (*j-inverse s)))
-        (lambda (ss) (%sensitivity-cons (sensitize '())
-                       (%sensitivity-cons (%zero-sensitivity a)
-                         (%sensitivity-cons (%zero-sensitivity k) (get ss j)))))))))
-(define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
-  (cons (*j (bundle a t))
-        (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
-"#;
-
-/// `build` and `ifold` (paper 002), defined in VLAD: loops that call the argument procedure in
-/// index order. Their forward and reverse versions are the transforms of these definitions, so
-/// D-Build and D-IFold of paper 002 Fig. 6 (and their reverse counterparts) are not special
-/// cases anywhere. `build` accumulates `(f i)` on a list, last first, and turns it into an
-/// array at the end.
-const ARRAY_DEFINITIONS: &str = r#"
-(define build (lambda ((cons n f))
-  (let ((m (%build-length n)))
-    (letrec ((loop (lambda ((cons i acc))
-                     (if (< i m) (loop (cons (+ i 1) (cons (f i) acc))) acc))))
-      (%list->array-rev (loop (cons 0 '())))))))
-(define ifold (lambda ((cons f (cons init n)))
-  (let ((m (%ifold-count n)))
-    (letrec ((loop (lambda ((cons acc i))
-                     (if (< i m) (loop (cons (f acc i) (+ i 1))) acc))))
-      (loop (cons init 0))))))
-"#;
-
-/// Primitives whose forward version is `j*` of the primitive applied to the primal: the
-/// comparisons and predicates, which see only the primal and give no tangent.
-const PRIMAL_ONLY: &[Prim] = &[
-    Prim::Eq,
-    Prim::Lt,
-    Prim::Gt,
-    Prim::Le,
-    Prim::Ge,
-    Prim::IsZero,
-    Prim::IsPositive,
-    Prim::IsNegative,
-    Prim::IsNull,
-    Prim::IsBoolean,
-    Prim::IsReal,
-    Prim::IsPair,
-    Prim::IsProcedure,
-    Prim::IsPerturbation,
-    Prim::IsForward,
-    Prim::IsSensitivity,
-    Prim::IsReverse,
-];
-
-/// The AD operators, which only rearrange data: their forward version applies them to the primal
-/// and to the tangent.
-const REARRANGING: &[Prim] = &[
-    Prim::Zero,
-    Prim::Perturb,
-    Prim::Unperturb,
-    Prim::Primal,
-    Prim::Tangent,
-    Prim::Bundle,
-    Prim::Sensitize,
-    Prim::Unsensitize,
-    Prim::Plus,
-    Prim::StarJ,
-    Prim::StarJInverse,
-    Prim::ZeroSensR,
-    Prim::SZero,
-    Prim::ShallowPrimal,
-];
-
 /// Memo of one structural map, keyed by the address of shared structure.
 #[derive(Default)]
 struct Memo(HashMap<(usize, usize), Value, std::hash::BuildHasherDefault<AddrHasher>>);
@@ -415,55 +211,37 @@ impl Evaluator {
         Ok(v)
     }
 
+    /// The prelude's lambdas (`vlad_prelude::load`), shared with the flow analysis: loaded into
+    /// the arena on first use.
+    pub fn prelude_ids(&mut self) -> Result<Rc<vlad_core::Prelude>, EvalError> {
+        if let Some(p) = &self.prelude_ids {
+            return Ok(p.clone());
+        }
+        let p = Rc::new(
+            vlad_prelude::load(&mut self.arena).map_err(|m| EvalError::new(Span::NONE, m))?,
+        );
+        self.prelude_ids = Some(p.clone());
+        Ok(p)
+    }
+
+    /// The prelude's closures: one of no free variables over each lambda.
     fn prelude(&mut self) -> Result<Rc<Prelude>, EvalError> {
         if let Some(p) = &self.prelude {
             return Ok(p.clone());
         }
-        let mut forward_text = FORWARD_PRELUDE.to_string();
-        let mut reverse_text = REVERSE_PRELUDE.to_string();
-        for p in PRIMAL_ONLY {
-            let call = if p.is_comparison() {
-                "(let (((cons a b) p)) (NAME a b))"
-            } else {
-                "(NAME p)"
-            };
-            let call = call.replace("NAME", p.name());
-            // A predicate needs only the top of its argument's primal: taking the whole primal
-            // of a bundled list would cost its length at every test.
-            let unwrap = if p.is_comparison() {
-                "primal"
-            } else {
-                "%shallow-primal"
-            };
-            forward_text.push_str(&format!(
-                "(define {} (lambda (x) (let ((p ({unwrap} x))) (let ((r {call})) (bundle r (perturb (zero r)))))))\n",
-                p.name()
-            ));
-            // A type predicate looks only at the top of its argument: strip one reverse tag
-            // there, not through the whole value (which would cost its size at every test).
-            let unwrap = if p.is_comparison() {
-                "*j-inverse"
-            } else {
-                "%shallow-primal"
-            };
-            reverse_text.push_str(&format!(
-                "(define {} (lambda (x) (let ((p ({unwrap} x))) (cons (*j {call}) (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x)))))))\n",
-                p.name()
-            ));
+        let ids = self.prelude_ids()?;
+        let mut forward = HashMap::new();
+        let mut reverse = HashMap::new();
+        for (prim, lam) in &ids.forward {
+            if !ids.base.contains_key(prim) {
+                forward.insert(*prim, self.prelude_closure(*lam)?);
+            }
         }
-        for p in REARRANGING {
-            forward_text.push_str(&format!(
-                "(define {n} (lambda (x) (bundle ({n} (primal x)) (perturb ({n} (unperturb (tangent x)))))))\n",
-                n = p.name()
-            ));
+        for (prim, lam) in &ids.reverse {
+            if !ids.base.contains_key(prim) {
+                reverse.insert(*prim, self.prelude_closure(*lam)?);
+            }
         }
-        // if-procedure only rearranges and calls: its forward version is the forward transform of
-        // its definition in VLAD. (Its reverse version is written out in REVERSE_PRELUDE: the
-        // reverse transform turns `if` into calls of the reverse if-procedure itself.)
-        forward_text
-            .push_str("(define if-procedure (lambda ((cons c (cons t e))) (if c (t) (e))))\n");
-        let mut forward = self.load_prelude(&forward_text, Tag::Forward)?;
-        let mut reverse = self.load_prelude(&reverse_text, Tag::Reverse)?;
         // The versions of the primitives defined in VLAD come second: compiling transformed
         // code lifts the primitives it calls, which needs the prelude made so far.
         self.prelude = Some(Rc::new(Prelude {
@@ -472,20 +250,10 @@ impl Evaluator {
             base: HashMap::new(),
         }));
         let mut base = HashMap::new();
-        for (prim, lam) in self.expand_prelude(ARRAY_DEFINITIONS)? {
-            base.insert(prim, self.prelude_closure(lam)?);
-            let internal = |e: vlad_core::transform::TransformError| {
-                EvalError::new(Span::NONE, format!("internal error in the prelude: {e}"))
-            };
-            let f = self.arena.transform(lam, Tag::Forward).map_err(internal)?;
-            self.prim_versions.insert(f, (Tag::Forward, prim));
-            forward.insert(prim, self.prelude_closure(f)?);
-            let r = self
-                .arena
-                .reverse_transform(lam, &[], &[])
-                .map_err(internal)?;
-            self.prim_versions.insert(r, (Tag::Reverse, prim));
-            reverse.insert(prim, self.prelude_closure(r)?);
+        for (prim, lam) in &ids.base {
+            base.insert(*prim, self.prelude_closure(*lam)?);
+            forward.insert(*prim, self.prelude_closure(ids.forward[prim])?);
+            reverse.insert(*prim, self.prelude_closure(ids.reverse[prim])?);
         }
         let p = Rc::new(Prelude {
             forward,
@@ -494,23 +262,6 @@ impl Evaluator {
         });
         self.prelude = Some(p.clone());
         Ok(p)
-    }
-
-    /// The `tag` version of a primitive (a closure over its prelude lambda), for the flow
-    /// analysis, which transforms code the same way at compile time. `None` if there is none.
-    pub fn prim_version_closure(&mut self, p: Prim, tag: Tag) -> Result<Option<Value>, EvalError> {
-        let prelude = self.prelude()?;
-        let map = match tag {
-            Tag::Forward => &prelude.forward,
-            Tag::Reverse => &prelude.reverse,
-            _ => return Ok(None),
-        };
-        Ok(map.get(&p).cloned())
-    }
-
-    /// Which version of which primitive the lambda `lam` is, if it is one of the prelude's.
-    pub fn prim_version_of(&self, lam: ExprId) -> Option<(Tag, Prim)> {
-        self.prim_versions.get(&lam).copied()
     }
 
     /// The untransformed closure of a primitive defined in VLAD (`build`, `ifold`).
@@ -524,62 +275,10 @@ impl Evaluator {
         self.make_closure(&[], &[lam], 0, vec![])
     }
 
-    /// Expands prelude definitions: each `(define prim (lambda ...))` gives the `tag` version of
-    /// that primitive (`if-procedure`'s lambda is transformed by `tag` instead).
-    fn load_prelude(&mut self, text: &str, tag: Tag) -> Result<HashMap<Prim, Value>, EvalError> {
-        let internal =
-            |m: String| EvalError::new(Span::NONE, format!("internal error in the prelude: {m}"));
-        let mut out = HashMap::new();
-        for (prim, lam) in self.expand_prelude(text)? {
-            let lam = if prim == Prim::IfProcedure && tag == Tag::Forward {
-                self.arena
-                    .transform(lam, tag)
-                    .map_err(|e| internal(e.to_string()))?
-            } else {
-                // Base-level code taking `tag` values: its parameter carries the tag (so its
-                // closures are `tag` values), its operations stay at base level.
-                let l = self
-                    .arena
-                    .retag_parameter(lam, tag)
-                    .map_err(|e| internal(e.to_string()))?;
-                self.arena.set_code_level(l, Tags::EMPTY);
-                l
-            };
-            self.prim_versions.insert(lam, (tag, prim));
-            out.insert(prim, self.prelude_closure(lam)?);
-        }
-        Ok(out)
-    }
-
-    /// The lambdas of the prelude's `(define prim (lambda ...))` forms, untransformed.
-    fn expand_prelude(&mut self, text: &str) -> Result<Vec<(Prim, ExprId)>, EvalError> {
-        let internal =
-            |m: String| EvalError::new(Span::NONE, format!("internal error in the prelude: {m}"));
-        let mut sources = vlad_syntax::SourceMap::builtin();
-        let path = std::path::Path::new("<prelude>");
-        let forms = vlad_syntax::program::load_str(&mut sources, path, text, &[])
-            .map_err(|d| internal(d.message))?;
-        let mut out = Vec::new();
-        for f in forms {
-            let vlad_syntax::program::TopForm::Define(d) = f else {
-                continue;
-            };
-            let items = d.list().expect("a define form");
-            let name = items[1].symbol().map(String::from).unwrap_or_default();
-            let prim = Prim::from_name_internal(&name)
-                .ok_or_else(|| internal(format!("`{name}` is not a primitive")))?;
-            let mut ex = vlad_syntax::expand::Expander::new(&mut self.arena);
-            ex.internal = true;
-            let (_, _, lam) = ex.define(items, d.span).map_err(|d| internal(d.message))?;
-            out.push((prim, lam));
-        }
-        Ok(out)
-    }
-
     /// If `c` is the `tag` version of a primitive, that primitive.
     fn prim_version(&self, c: &Closure, tag: Tag) -> Option<Prim> {
-        match self.prim_versions.get(&c.group.lambdas[0]) {
-            Some((t, p)) if *t == tag && c.group.lambdas.len() == 1 => Some(*p),
+        match c.group.prim_version {
+            Some((t, p)) if t == tag && c.group.lambdas.len() == 1 => Some(p),
             _ => None,
         }
     }
@@ -1335,7 +1034,7 @@ fn same_scalar_shape(p: &Value, t: &Value) -> bool {
 
 /// The AD operators (including the internal ones), which handle lazy zeros themselves.
 pub(crate) fn is_ad_prim(p: Prim) -> bool {
-    REARRANGING.contains(&p)
+    vlad_prelude::REARRANGING.contains(&p)
 }
 
 /// Forward arithmetic on plain bundles of reals, natively: exactly the computation of the
@@ -1370,32 +1069,21 @@ pub(crate) fn fast_forward(p: Prim, arg: &Value) -> Option<Value> {
             return None;
         }
         let ((a, da), (b, db)) = (dual(&pair.car)?, dual(&pair.cdr)?);
-        return match p {
-            Prim::Add => out(a + b, da + db),
-            Prim::Sub => out(a - b, da - db),
-            Prim::Mul => out(a * b, b * da + a * db),
-            Prim::Div => out(a / b, (b * da - a * db) / (b * b)),
-            Prim::Atan => out(a.atan2(b), (b * da - a * db) / (a * a + b * b)),
-            _ => boolean(crate::prims::compare(p, a, b)),
-        };
+        if p.is_comparison() {
+            return boolean(p.compare(a, b));
+        }
+        let (y, dy) = vlad_prelude::derivatives::forward_dual(p, &[(a, da), (b, db)])?;
+        return out(y, dy);
     }
     let (x, d) = dual(arg)?;
     match p {
-        Prim::Sqrt => {
-            let y = x.sqrt();
-            out(y, d / (y + y))
-        }
-        Prim::Exp => {
-            let y = x.exp();
-            out(y, y * d)
-        }
-        Prim::Log => out(x.ln(), d / x),
-        Prim::Sin => out(x.sin(), x.cos() * d),
-        Prim::Cos => out(x.cos(), 0.0 - x.sin() * d),
         Prim::IsZero => boolean(x == 0.0),
         Prim::IsPositive => boolean(x > 0.0),
         Prim::IsNegative => boolean(x < 0.0),
-        _ => None,
+        _ => {
+            let (y, dy) = vlad_prelude::derivatives::forward_dual(p, &[(x, d)])?;
+            out(y, dy)
+        }
     }
 }
 

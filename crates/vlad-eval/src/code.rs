@@ -197,7 +197,10 @@ impl Evaluator {
             free,
             tags,
             members,
-            prim_version: self.prim_versions.get(&lambdas[0]).copied(),
+            prim_version: self
+                .prelude_ids
+                .as_ref()
+                .and_then(|p| p.version_of(lambdas[0])),
         }));
         self.code.group_ids.insert(key, id);
         Ok(id)

@@ -16,7 +16,6 @@ pub mod print;
 pub mod value;
 
 use code::Code;
-use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 use value::Value;
@@ -55,9 +54,10 @@ pub struct Evaluator {
     /// Stop with an error after this many machine steps (for fuzzing and sandboxes).
     pub max_steps: Option<u64>,
     pub steps: u64,
-    /// Closures standing for AD-transformed primitives (the `forward`/`reverse` versions), by
-    /// the lambda of their group: which transform of which primitive they are.
-    pub(crate) prim_versions: HashMap<ExprId, (vlad_core::Tag, vlad_core::Prim)>,
+    /// The AD prelude's lambdas (the versions of the primitives; shared with the flow
+    /// analysis), once loaded into the arena.
+    pub(crate) prelude_ids: Option<Rc<vlad_core::Prelude>>,
+    /// The prelude's closures, made from `prelude_ids`.
     pub(crate) prelude: Option<Rc<ad::Prelude>>,
 }
 
@@ -90,6 +90,14 @@ pub fn datum_value(d: &Datum) -> Value {
 }
 
 impl Evaluator {
+    /// An evaluator over the program's arena into which `prelude` was loaded (shared with a
+    /// flow analysis of the same program).
+    pub fn with_prelude(arena: Arena, prelude: Rc<vlad_core::Prelude>) -> Evaluator {
+        let mut ev = Evaluator::new(arena);
+        ev.prelude_ids = Some(prelude);
+        ev
+    }
+
     pub fn new(arena: Arena) -> Evaluator {
         Evaluator {
             arena,
@@ -98,7 +106,7 @@ impl Evaluator {
             output: Output::stdout(),
             max_steps: None,
             steps: 0,
-            prim_versions: HashMap::new(),
+            prelude_ids: None,
             prelude: None,
         }
     }

@@ -524,9 +524,9 @@ pub fn pair_mismatch(tags: Tags, v: &Value, span: Span) -> EvalError {
     )
 }
 
-/// Spans of built-in code live far above any user file id (`SourceMap::builtin`).
+/// Spans of built-in code live far above any user file id (`Span::is_user`).
 pub fn is_user_span(s: Span) -> bool {
-    s.file < u32::MAX / 2
+    s.is_user()
 }
 
 /// `true` if `outer` is the outermost part of `tags`.

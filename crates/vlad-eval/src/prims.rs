@@ -53,32 +53,14 @@ fn one_real(p: Prim, arg: &Value) -> Result<f64, String> {
     real(arg).ok_or_else(|| format!("`{}` takes a real, got {}", p.name(), arg.describe()))
 }
 
-/// The base (untagged) real function of a unary or binary arithmetic primitive.
+/// The base (untagged) real function of an arithmetic primitive (`Prim::arith`).
 pub fn arith(p: Prim, x: f64, y: f64) -> f64 {
-    match p {
-        Prim::Add => x + y,
-        Prim::Sub => x - y,
-        Prim::Mul => x * y,
-        Prim::Div => x / y,
-        Prim::Atan => x.atan2(y),
-        Prim::Sqrt => x.sqrt(),
-        Prim::Exp => x.exp(),
-        Prim::Log => x.ln(),
-        Prim::Sin => x.sin(),
-        Prim::Cos => x.cos(),
-        _ => unreachable!("not arithmetic"),
-    }
+    p.arith(x, y)
 }
 
+/// A comparison of reals (`Prim::compare`).
 pub fn compare(p: Prim, x: f64, y: f64) -> bool {
-    match p {
-        Prim::Eq => x == y,
-        Prim::Lt => x < y,
-        Prim::Gt => x > y,
-        Prim::Le => x <= y,
-        Prim::Ge => x >= y,
-        _ => unreachable!("not a comparison"),
-    }
+    p.compare(x, y)
 }
 
 fn top_tag_is(v: &Value, tag: Tag) -> bool {

@@ -9,7 +9,6 @@ use crate::domain::{join_len, Av, Callee, CodeId};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
-use vlad_eval::value::Value;
 
 type R<T> = Result<T, FlowError>;
 
@@ -55,7 +54,7 @@ impl Analysis<'_> {
     /// The tags of closures of a code: those of its lambda's parameter.
     pub fn code_tags(&self, c: CodeId) -> Tags {
         let lam = self.codes[c.0 as usize].lambda();
-        match self.ev.arena.get(lam) {
+        match self.arena.get(lam) {
             vlad_core::Expr::Lambda(p, _, _) => vlad_core::reverse::pattern_tags(p),
             _ => Tags::EMPTY,
         }
@@ -91,24 +90,10 @@ impl Analysis<'_> {
 
     /// The closure of the `tag` version of a primitive, as an abstract value.
     fn prim_closure(&mut self, p: Prim, tag: Tag) -> R<Option<Av>> {
-        let v = self
-            .ev
-            .prim_version_closure(p, tag)
-            .map_err(|e| FlowError {
-                span: self.site(),
-                message: e.message,
-            })?;
-        Ok(match v {
-            Some(Value::Closure(c)) => {
-                let code = self.code(
-                    c.group.names.clone().into(),
-                    c.group.lambdas.clone().into(),
-                    c.index,
-                );
-                Some(Av::Closure(code, Rc::from([])))
-            }
-            _ => None,
-        })
+        Ok(self.prelude.version(p, tag).map(|lam| {
+            let code = self.code(Rc::from([]), Rc::from([lam]), 0);
+            Av::Closure(code, Rc::from([]))
+        }))
     }
 
     /// If code `c` is the `tag` version of a primitive, that primitive.
@@ -117,7 +102,7 @@ impl Analysis<'_> {
         if code.lambdas.len() != 1 {
             return None;
         }
-        match self.ev.prim_version_of(code.lambdas[0]) {
+        match self.prelude.version_of(code.lambdas[0]) {
             Some((t, p)) if t == tag => Some(p),
             _ => None,
         }
@@ -146,9 +131,9 @@ impl Analysis<'_> {
         let mut lambdas = Vec::with_capacity(code.lambdas.len());
         for l in code.lambdas.iter() {
             let t = if tag == Tag::Reverse {
-                self.ev.arena.reverse_transform(*l, &code.names, &code.free)
+                self.arena.reverse_transform(*l, &code.names, &code.free)
             } else {
-                self.ev.arena.transform(*l, tag)
+                self.arena.transform(*l, tag)
             };
             match t {
                 Ok(t) => lambdas.push(t),
@@ -171,7 +156,7 @@ impl Analysis<'_> {
         let code = self.codes[c.0 as usize].clone();
         let mut lambdas = Vec::with_capacity(code.lambdas.len());
         for l in code.lambdas.iter() {
-            lambdas.push(self.ev.arena.untransform(*l, tag)?);
+            lambdas.push(self.arena.untransform(*l, tag)?);
         }
         let names: Vec<vlad_core::Var> = code
             .names

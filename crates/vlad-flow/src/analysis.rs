@@ -14,14 +14,14 @@
 //!
 //! AD operators on abstract values apply the evaluator's own Core -> Core transforms to the
 //! codes of abstract closures (`ad.rs`), and primitives in transformed code are lifted to the
-//! evaluator's prelude lambdas, so compile time and run time transform code identically. See
+//! prelude lambdas the evaluator runs, so compile time and run time transform code identically. See
 //! docs/flow.md for what is still slow or imprecise.
 
 use crate::domain::{Av, Boxes, Callee, CodeId};
 use std::collections::HashMap;
 use std::rc::Rc;
+use vlad_core::{Arena, Prelude};
 use vlad_core::{Datum, Expr, ExprId, Pattern, Prim, Span, Tag, Tags, Var};
-use vlad_eval::Evaluator;
 
 /// A closure's different abstract arguments of one shape (same code, the same exact
 /// environment, the same argument but for constants) before they are merged into one: a loop
@@ -81,8 +81,11 @@ pub(crate) type SiteTargets = HashMap<(usize, ExprId), Vec<Target>>;
 type ShapeKey = (CodeId, Rc<[Av]>, Av);
 
 pub struct Analysis<'a> {
-    /// The evaluator owns the program's Core and the AD prelude, which the analysis shares.
-    pub ev: &'a mut Evaluator,
+    /// The program's Core (the arena), which the evaluator shares: codes, transforms and the
+    /// AD prelude's lambdas are the same expressions in both engines.
+    pub arena: &'a mut Arena,
+    /// The AD prelude's lambdas (`vlad_prelude::load`, into `arena`).
+    pub prelude: Rc<Prelude>,
     pub codes: Vec<Code>,
     code_ids: HashMap<CodeKey, CodeId>,
     pub keys: Vec<Key>,
@@ -179,9 +182,10 @@ pub enum Target {
 }
 
 impl<'a> Analysis<'a> {
-    pub fn new(ev: &'a mut Evaluator) -> Analysis<'a> {
+    pub fn new(arena: &'a mut Arena, prelude: Rc<Prelude>) -> Analysis<'a> {
         Analysis {
-            ev,
+            arena,
+            prelude,
             codes: Vec::new(),
             code_ids: HashMap::new(),
             keys: Vec::new(),
@@ -226,11 +230,6 @@ impl<'a> Analysis<'a> {
         self.lift(v, tags)
     }
 
-    /// The innermost source position being analysed.
-    pub(crate) fn site(&self) -> Span {
-        self.site
-    }
-
     pub(crate) fn fail<T>(&self, message: String) -> R<T> {
         Err(FlowError {
             span: self.site,
@@ -259,7 +258,7 @@ impl<'a> Analysis<'a> {
     /// has grown, so the work is proportional to the changes, not to passes over all keys.
     pub fn analyse(&mut self, e: ExprId) -> R<usize> {
         let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
-        let lam = self.ev.arena.mk(Expr::Lambda(unit, e, Span::NONE));
+        let lam = self.arena.mk(Expr::Lambda(unit, e, Span::NONE));
         let code = self.code(Rc::from([]), Rc::from([lam]), 0);
         let (_, entry) = self.call(code, Rc::from([]), Av::Nil)?;
         self.solve()?;
@@ -404,7 +403,7 @@ impl<'a> Analysis<'a> {
         }
         let mut free: Vec<Var> = Vec::new();
         for l in lambdas.iter() {
-            free.extend(self.ev.arena.free_vars(*l).iter().copied());
+            free.extend(self.arena.free_vars(*l).iter().copied());
         }
         free.retain(|v| !names.contains(v));
         free.sort();
@@ -516,7 +515,7 @@ impl<'a> Analysis<'a> {
     pub(crate) fn eval_key(&mut self, k: usize) -> R<Av> {
         let key = self.keys[k].clone();
         let code = self.codes[key.code.0 as usize].clone();
-        let Expr::Lambda(p, body, span) = self.ev.arena.get(code.lambda()).clone() else {
+        let Expr::Lambda(p, body, span) = self.arena.get(code.lambda()).clone() else {
             unreachable!("codes are lambdas")
         };
         self.site = span;
@@ -576,7 +575,7 @@ impl<'a> Analysis<'a> {
     }
 
     fn eval_node(&mut self, e: ExprId, env: &mut Vec<(Var, Av)>) -> R<Av> {
-        Ok(match self.ev.arena.get(e).clone() {
+        Ok(match self.arena.get(e).clone() {
             Expr::Var(v) => Self::lookup(env, v),
             Expr::Const(d, tags) => self.lift(datum_av(&d), tags)?,
             Expr::Prim(p, tags) => self.lift(Av::Prim(p), tags)?,
@@ -878,17 +877,15 @@ impl<'a> Analysis<'a> {
                     return Ok(Av::Bottom);
                 };
                 match (x, y) {
-                    (Some(x), Some(y)) if p.is_comparison() => {
-                        Av::Bool(Some(vlad_eval::prims::compare(p, x, y)))
-                    }
-                    (Some(x), Some(y)) => Av::known_real(vlad_eval::prims::arith(p, x, y)),
+                    (Some(x), Some(y)) if p.is_comparison() => Av::Bool(Some(p.compare(x, y))),
+                    (Some(x), Some(y)) => Av::known_real(p.arith(x, y)),
                     _ if p.is_comparison() => Av::Bool(None),
                     _ => Av::real(),
                 }
             }
             _ if p.is_unary_real() => match real(a) {
                 None => Av::Bottom,
-                Some(Some(x)) => Av::known_real(vlad_eval::prims::arith(p, x, 0.0)),
+                Some(Some(x)) => Av::known_real(p.arith(x, 0.0)),
                 Some(None) => Av::real(),
             },
             Prim::IsZero | Prim::IsPositive | Prim::IsNegative => match real(a) {

@@ -45,7 +45,7 @@ impl Real {
 
 impl fmt::Debug for Real {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", vlad_syntax::number::format_real(self.get()))
+        write!(f, "{}", vlad_core::number::format_real(self.get()))
     }
 }
 

@@ -6,16 +6,16 @@
 //! analysis) builds on it. `docs/flow.md` describes the design and what is still missing.
 //!
 //! Architecture invariant: the analysis never runs the program; it reads Core only, and folds
-//! constants with the evaluator's own arithmetic so that folding cannot change a result.
+//! constants with the arithmetic the evaluator computes with (`Prim::arith`), so that folding
+//! cannot change a result. It is the evaluator's peer: it depends on `vlad-core` alone, and
+//! shares the program's arena and AD prelude with the evaluator, never the evaluator itself.
 
 mod ad;
 pub mod analysis;
 pub mod domain;
-pub mod exec;
 pub mod show;
 pub mod specialise;
 
 pub use analysis::{Analysis, Boxed, FlowError, Key, Target};
 pub use domain::{Av, Callee, CodeId};
-pub use exec::Executor;
 pub use specialise::Program;

@@ -11,9 +11,9 @@ impl Analysis<'_> {
     pub fn code_name(&self, c: CodeId, place: &dyn Fn(Span) -> String) -> String {
         let code = &self.codes[c.0 as usize];
         if let Some(name) = code.names.get(code.index as usize) {
-            return self.ev.arena.var_name(*name).to_string();
+            return self.arena.var_name(*name).to_string();
         }
-        match self.ev.arena.get(code.lambda()) {
+        match self.arena.get(code.lambda()) {
             Expr::Lambda(_, _, span) if !span.is_none() => format!("lambda@{}", place(*span)),
             _ => "top-level".to_string(),
         }
@@ -35,7 +35,7 @@ impl Analysis<'_> {
             Av::Bool(None) => s.push('B'),
             Av::Bool(Some(b)) => s.push_str(if *b { "#t" } else { "#f" }),
             Av::Real(None) => s.push('R'),
-            Av::Real(Some(r)) => s.push_str(&vlad_syntax::number::format_real(r.get())),
+            Av::Real(Some(r)) => s.push_str(&vlad_core::number::format_real(r.get())),
             Av::Prim(p) => {
                 let _ = write!(s, "<procedure:{}>", p.name());
             }
@@ -149,7 +149,7 @@ impl Program {
             }
             let lambda = an.codes[fun.code.0 as usize].lambda();
             let note = |site: vlad_core::ExprId| self.targets.get(&(k, site)).map(show_target);
-            let _ = writeln!(s, "\n  {}", an.ev.arena.show_annotated(lambda, &note));
+            let _ = writeln!(s, "\n  {}", an.arena.show_annotated(lambda, &note));
         }
         s
     }

@@ -30,7 +30,7 @@ impl SourceMap {
     pub fn builtin() -> SourceMap {
         SourceMap {
             files: Vec::new(),
-            base: u32::MAX / 2,
+            base: vlad_core::span::BUILTIN_FILES,
         }
     }
 

@@ -60,7 +60,7 @@ fn run_case(text: &str) -> Result<bool, String> {
         value = expected.is_ok();
         let expected = outcome(expected, &mut ev);
         let compiled = {
-            let mut an = vlad_flow::Analysis::new(&mut ev);
+            let mut an = vlad::analysis(&mut ev).expect("the prelude loads");
             an.analyse(core).and_then(|k| an.specialise(&[k]))
         };
         let program = compiled.map_err(|e| format!("does not compile: {}", e.message))?;
@@ -68,7 +68,7 @@ fn run_case(text: &str) -> Result<bool, String> {
         let (out, printed) = Output::buffer();
         ev.output = out;
         let got = {
-            let mut exec = vlad_flow::Executor::new(&mut ev, &program);
+            let mut exec = vlad::exec::Executor::new(&mut ev, &program);
             exec.max_calls = Some(MAX_STEPS);
             exec.run(program.entries[0])
         };

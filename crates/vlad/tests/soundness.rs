@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use vlad_core::Arena;
 use vlad_eval::value::Value;
 use vlad_eval::Evaluator;
-use vlad_flow::{Analysis, Av, Boxed, Callee, CodeId};
+use vlad_flow::{Av, Boxed, Callee, CodeId};
 
 /// What the check needs of the analysis: how closures map to codes, and what boxed values
 /// may hold.
@@ -114,7 +114,7 @@ fn check_file(path: &Path, tally: &mut Tally) {
         let Ok(core) = te.core else { continue };
         // The analysis first (it borrows the arena), keeping what the check needs.
         let (result, codes, boxed) = {
-            let mut an = Analysis::new(&mut ev);
+            let mut an = vlad::analysis(&mut ev).expect("the prelude loads");
             match an.analyse(core) {
                 Ok(k) => {
                     let r = an.results[k].clone();

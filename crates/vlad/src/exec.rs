@@ -9,13 +9,12 @@
 //! Tail calls run in a loop (a 10^6-step loop needs no native stack); other calls recurse
 //! natively, so deep non-tail recursion needs a large stack (the CLI runs on a 1 GiB thread).
 
-use crate::analysis::Target;
-use crate::specialise::Program;
 use std::rc::Rc;
 use vlad_core::{Expr, ExprId, Pattern, Prim, Span, Var};
 use vlad_eval::machine::{const_mismatch, is_user_span, pair_mismatch, tags_start_with};
 use vlad_eval::value::{Closure, Value};
 use vlad_eval::{EvalError, Evaluator};
+use vlad_flow::{Program, Target};
 
 type R<T> = Result<T, EvalError>;
 
@@ -79,7 +78,7 @@ impl<'a> Executor<'a> {
         })
     }
 
-    fn fun(&self, k: usize, span: Span) -> R<&'a crate::specialise::Fun> {
+    fn fun(&self, k: usize, span: Span) -> R<&'a vlad_flow::specialise::Fun> {
         match self.prog.funs.get(k) {
             Some(Some(f)) => Ok(f),
             _ => Err(internal(span, format!("function {k} was not specialised"))),

@@ -1,0 +1,332 @@
+//! One table of partial derivatives (Futhark's `AD/Derivatives.hs` is the model): each
+//! differentiable primitive with its partial derivatives, from which both the forward version
+//! (the tangent is the sum of the partials applied to the argument tangents, paper 001 §4) and
+//! the reverse version (each argument's sensitivity is its partial applied to the result's
+//! sensitivity, paper 003 §4) are written. A rule is written once, for both modes and both
+//! engines.
+//!
+//! A partial is written applied to a *seed* `$` (the tangent or the sensitivity it scales), in
+//! the order of operations that fixes the last bits of the result. Where the sum of the
+//! partials would round differently from the tangent the forward version has always computed
+//! (a difference of two products rather than a sum with a negation, which also differs in the
+//! sign of zero), the rule carries that tangent itself (`tangent`).
+
+use vlad_core::Prim;
+
+/// The derivative rule of one primitive of one or two real arguments.
+pub struct Derivative {
+    pub prim: Prim,
+    /// The primal result, over the arguments (`p`, or `x1` and `x2`).
+    pub result: &'static str,
+    /// Whether the partials use the result, as `y` (it is then bound once, before both).
+    pub uses_result: bool,
+    /// Bindings the reverse partials share (computed once per backpropagator call).
+    pub shared: &'static [(&'static str, &'static str)],
+    /// Each argument's partial derivative applied to the seed `$`.
+    pub partials: &'static [&'static str],
+    /// The tangent (over `d`, or `d1` and `d2`), where it is not the sum of the partials.
+    pub tangent: Option<&'static str>,
+}
+
+const fn binary(
+    prim: Prim,
+    result: &'static str,
+    shared: &'static [(&'static str, &'static str)],
+    partials: &'static [&'static str; 2],
+    tangent: Option<&'static str>,
+) -> Derivative {
+    Derivative {
+        prim,
+        result,
+        uses_result: false,
+        shared,
+        partials,
+        tangent,
+    }
+}
+
+const fn unary(
+    prim: Prim,
+    result: &'static str,
+    uses_result: bool,
+    partial: &'static [&'static str; 1],
+) -> Derivative {
+    Derivative {
+        prim,
+        result,
+        uses_result,
+        shared: &[],
+        partials: partial,
+        tangent: None,
+    }
+}
+
+/// The rules. `real` is the identity that hides its value from the flow analysis: its
+/// derivative is the seed.
+pub const DERIVATIVES: &[Derivative] = &[
+    binary(Prim::Add, "(+ x1 x2)", &[], &["$", "$"], None),
+    binary(
+        Prim::Sub,
+        "(- x1 x2)",
+        &[],
+        &["$", "(- 0 $)"],
+        Some("(- d1 d2)"),
+    ),
+    binary(Prim::Mul, "(* x1 x2)", &[], &["(* x2 $)", "(* x1 $)"], None),
+    binary(
+        Prim::Div,
+        "(/ x1 x2)",
+        &[],
+        &["(/ $ x2)", "(- 0 (/ (* x1 $) (* x2 x2)))"],
+        Some("(/ (- (* x2 d1) (* x1 d2)) (* x2 x2))"),
+    ),
+    binary(
+        Prim::Atan,
+        "(atan x1 x2)",
+        &[("d", "(+ (* x1 x1) (* x2 x2))")],
+        &["(/ (* x2 $) d)", "(/ (- 0 (* x1 $)) d)"],
+        Some("(/ (- (* x2 d1) (* x1 d2)) (+ (* x1 x1) (* x2 x2)))"),
+    ),
+    unary(Prim::Sqrt, "(sqrt p)", true, &["(/ $ (+ y y))"]),
+    unary(Prim::Exp, "(exp p)", true, &["(* y $)"]),
+    unary(Prim::Log, "(log p)", false, &["(/ $ p)"]),
+    unary(Prim::Sin, "(sin p)", false, &["(* (cos p) $)"]),
+    unary(Prim::Cos, "(cos p)", false, &["(- 0 (* (sin p) $))"]),
+    unary(Prim::Real, "(real p)", false, &["$"]),
+];
+
+/// A partial applied to the seed `seed`.
+fn apply(partial: &str, seed: &str) -> String {
+    partial.replace('$', seed)
+}
+
+impl Derivative {
+    fn is_binary(&self) -> bool {
+        self.partials.len() == 2
+    }
+
+    /// The body of the primal: the result bound to `y` where the partials use it, then `k`
+    /// applied to the result's expression.
+    fn with_result(&self, k: impl FnOnce(&str) -> String) -> String {
+        if self.uses_result {
+            format!("(let ((y {})) {})", self.result, k("y"))
+        } else {
+            k(self.result)
+        }
+    }
+
+    /// The tangent of the result, over the argument tangents `d` or `d1`, `d2`.
+    fn tangent(&self) -> String {
+        if let Some(t) = self.tangent {
+            return t.to_string();
+        }
+        match self.partials {
+            [p] => apply(p, "d"),
+            [p1, p2] => format!("(+ {} {})", apply(p1, "d1"), apply(p2, "d2")),
+            _ => unreachable!("one or two arguments"),
+        }
+    }
+
+    /// `(define PRIM (lambda (x) ...))`: the forward version, which takes a forward value.
+    pub fn forward_definition(&self) -> String {
+        let unpack = if self.is_binary() {
+            "((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb (tangent x)))"
+        } else {
+            "(p (primal x)) (d (unperturb (tangent x)))"
+        };
+        let tangent = self.tangent();
+        let body = self.with_result(|y| format!("(bundle {y} (perturb {tangent}))"));
+        format!(
+            "(define {} (lambda (x) (let ({unpack}) {body})))\n",
+            self.prim.name()
+        )
+    }
+
+    /// `(define PRIM (lambda (x) ...))`: the reverse version, which takes a reverse value and
+    /// returns the reverse result with its backpropagator.
+    pub fn reverse_definition(&self) -> String {
+        let unpack = if self.is_binary() {
+            "((cons x1 x2) (*j-inverse x))"
+        } else {
+            "(p (*j-inverse x))"
+        };
+        let mut bindings = String::from("(s (unsensitize sy))");
+        for (name, e) in self.shared {
+            bindings.push_str(&format!(" ({name} {e})"));
+        }
+        let partials: Vec<String> = self.partials.iter().map(|p| apply(p, "s")).collect();
+        let sens = match partials.as_slice() {
+            [p] => p.clone(),
+            [p1, p2] => format!("(cons {p1} {p2})"),
+            _ => unreachable!("one or two arguments"),
+        };
+        let backprop = format!("(lambda (sy) (let ({bindings}) (sensitize (cons '() {sens}))))");
+        let body = self.with_result(|y| format!("(cons (*j {y}) {backprop})"));
+        format!(
+            "(define {} (lambda (x) (let ({unpack}) {body})))\n",
+            self.prim.name()
+        )
+    }
+}
+
+/// An expression of a rule, parsed to be evaluated on reals: the evaluator's fast path for
+/// forward arithmetic on plain bundles of reals computes the same operations in the same order
+/// as the forward version's code, from the same rule.
+#[derive(Debug)]
+enum Term {
+    Num(f64),
+    Var(&'static str),
+    App(Prim, Vec<Term>),
+}
+
+/// Parses a rule's expression (its own small syntax: applications of arithmetic primitives to
+/// numerals and names).
+fn parse(text: &str) -> Term {
+    fn go<'t>(toks: &mut std::iter::Peekable<impl Iterator<Item = &'t str>>) -> Term {
+        match toks.next() {
+            Some("(") => {
+                let op = toks.next().expect("an operator");
+                let prim = Prim::from_name(op).expect("a primitive");
+                let mut args = Vec::new();
+                while toks.peek() != Some(&")") {
+                    args.push(go(toks));
+                }
+                toks.next();
+                Term::App(prim, args)
+            }
+            Some(t) => match t.parse::<f64>() {
+                Ok(x) => Term::Num(x),
+                Err(_) => Term::Var(leak(t)),
+            },
+            None => panic!("a rule's expression ends early"),
+        }
+    }
+    let spaced = text.replace('(', " ( ").replace(')', " ) ");
+    let mut toks = spaced.split_whitespace().peekable();
+    go(&mut toks)
+}
+
+/// Names live as long as the table (a handful, parsed once).
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+impl Term {
+    fn eval(&self, env: &[(&str, f64)]) -> f64 {
+        match self {
+            Term::Num(x) => *x,
+            Term::Var(v) => env
+                .iter()
+                .rev()
+                .find(|(n, _)| n == v)
+                .map(|(_, x)| *x)
+                .expect("a bound name"),
+            Term::App(p, args) => {
+                let x = args[0].eval(env);
+                let y = args.get(1).map_or(0.0, |a| a.eval(env));
+                match p {
+                    // The identity that hides a value from the analysis.
+                    Prim::Real => x,
+                    _ => p.arith(x, y),
+                }
+            }
+        }
+    }
+}
+
+/// A rule's forward computation, parsed: the result and its tangent.
+struct Forward {
+    result: Term,
+    tangent: Term,
+}
+
+fn forward_terms() -> &'static [(Prim, bool, Forward)] {
+    static TERMS: std::sync::OnceLock<Vec<(Prim, bool, Forward)>> = std::sync::OnceLock::new();
+    TERMS.get_or_init(|| {
+        DERIVATIVES
+            .iter()
+            .map(|d| {
+                let f = Forward {
+                    result: parse(d.result),
+                    tangent: parse(&d.tangent()),
+                };
+                (d.prim, d.uses_result, f)
+            })
+            .collect()
+    })
+}
+
+/// The forward version of `p` on plain dual numbers (`(primal, tangent)` of each argument), as
+/// the prelude computes it: the result and its tangent. `None` if `p` has no rule (or the
+/// wrong number of arguments).
+pub fn forward_dual(p: Prim, args: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let (_, uses_result, f) = forward_terms().iter().find(|(q, ..)| *q == p)?;
+    let mut env: Vec<(&str, f64)> = match args {
+        [(x, d)] => vec![("p", *x), ("d", *d)],
+        [(x1, d1), (x2, d2)] => vec![("x1", *x1), ("x2", *x2), ("d1", *d1), ("d2", *d2)],
+        _ => return None,
+    };
+    if (env.len() == 2) != (DERIVATIVES.iter().find(|d| d.prim == p)?.partials.len() == 1) {
+        return None;
+    }
+    let y = f.result.eval(&env);
+    if *uses_result {
+        env.push(("y", y));
+    }
+    Some((y, f.tangent.eval(&env)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_versions_come_from_one_rule() {
+        let mul = DERIVATIVES.iter().find(|d| d.prim == Prim::Mul).unwrap();
+        assert_eq!(
+            mul.forward_definition(),
+            "(define * (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb \
+             (tangent x)))) (bundle (* x1 x2) (perturb (+ (* x2 d1) (* x1 d2)))))))\n"
+        );
+        assert_eq!(
+            mul.reverse_definition(),
+            "(define * (lambda (x) (let (((cons x1 x2) (*j-inverse x))) (cons (*j (* x1 x2)) \
+             (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (* x2 s) \
+             (* x1 s))))))))))\n"
+        );
+        let sqrt = DERIVATIVES.iter().find(|d| d.prim == Prim::Sqrt).unwrap();
+        assert!(sqrt
+            .forward_definition()
+            .contains("(let ((y (sqrt p))) (bundle y (perturb (/ d (+ y y)))))"));
+        assert!(sqrt
+            .reverse_definition()
+            .contains("(let ((y (sqrt p))) (cons (*j y) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (/ s (+ y y))))))))"));
+    }
+
+    #[test]
+    fn the_fast_forward_path_computes_the_rule_in_its_order() {
+        let (y, dy) = forward_dual(Prim::Div, &[(3.0, 0.5), (7.0, -2.0)]).unwrap();
+        assert_eq!(y.to_bits(), (3.0f64 / 7.0).to_bits());
+        assert_eq!(
+            dy.to_bits(),
+            ((7.0 * 0.5 - 3.0 * -2.0) / (7.0f64 * 7.0)).to_bits()
+        );
+        let (y, dy) = forward_dual(Prim::Sqrt, &[(2.0, 1.5)]).unwrap();
+        assert_eq!(y, 2f64.sqrt());
+        assert_eq!(dy.to_bits(), (1.5 / (2f64.sqrt() + 2f64.sqrt())).to_bits());
+        // The sign of zero of a difference (`-0 - 0` is `-0`; `-0 + (0 - 0)` would be `0`).
+        let (_, dy) = forward_dual(Prim::Sub, &[(1.0, -0.0), (1.0, 0.0)]).unwrap();
+        assert!(dy == 0.0 && dy.is_sign_negative());
+        assert_eq!(forward_dual(Prim::Sqrt, &[(1.0, 1.0), (1.0, 1.0)]), None);
+        assert_eq!(forward_dual(Prim::Lt, &[(1.0, 1.0), (1.0, 1.0)]), None);
+    }
+
+    #[test]
+    fn every_real_function_has_a_rule() {
+        for p in Prim::ALL {
+            let has = DERIVATIVES.iter().filter(|d| d.prim == *p).count();
+            let expected = usize::from(p.is_unary_real() || p.is_binary_real() || *p == Prim::Real);
+            assert_eq!(has, expected, "{}", p.name());
+        }
+    }
+}

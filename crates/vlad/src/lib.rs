@@ -1,0 +1,17 @@
+//! The vlad toolchain as a library: the stages put together. The `vlad` command is a thin layer
+//! over it.
+//!
+//! - [`exec`]: the specialised program of the flow analysis, run by an interpreter over the
+//!   evaluator's values (`vlad run --engine ir`): the oracle that checks the specialisation.
+
+pub mod exec;
+
+use vlad_eval::{EvalError, Evaluator};
+use vlad_flow::Analysis;
+
+/// A flow analysis of the program the evaluator holds: the analysis shares its arena and AD
+/// prelude (the two engines are peers; neither holds the other).
+pub fn analysis(ev: &mut Evaluator) -> Result<Analysis<'_>, EvalError> {
+    let prelude = ev.prelude_ids()?;
+    Ok(Analysis::new(&mut ev.arena, prelude))
+}
