@@ -1,0 +1,101 @@
+//! Arena marks instead of a collector. The language is pure, so the only way a call can hand
+//! on an object it allocated is its result: after a call whose results hold no pointer,
+//! everything the call allocated is garbage. Such a call, of a function that can allocate, is
+//! bracketed by a mark of the arena and its release, which reuses the chunks above the mark.
+//! This is exact, not a heuristic. A tail call gets no mark (it stays a jump, so loops run in
+//! constant stack; the enclosing call's mark reclaims what it allocates), and neither does a
+//! call of a function that stores in a global (the constants' initialisation), transitively:
+//! what a global holds must outlive the call.
+
+use crate::ir::*;
+use std::collections::HashSet;
+
+/// The functions that may allocate in the arena: those with an allocating statement, and
+/// those that call one of them.
+pub fn allocating(p: &Program) -> HashSet<FuncId> {
+    let calls: Vec<Vec<FuncId>> = p.funcs.iter().map(|f| callees(&f.body)).collect();
+    let mut out: HashSet<FuncId> = p.ids().filter(|id| allocates_itself(p.func(*id))).collect();
+    loop {
+        let before = out.len();
+        for id in p.ids() {
+            if !out.contains(&id) && calls[id.0 as usize].iter().any(|c| out.contains(c)) {
+                out.insert(id);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// The functions that store in a global, and those that call one of them.
+pub fn setting_globals(p: &Program) -> HashSet<FuncId> {
+    closure_over_callers(p, |f| {
+        let mut yes = false;
+        walk(&f.body, &mut |s| yes |= matches!(s, Stmt::SetGlobal(..)));
+        yes
+    })
+}
+
+/// The functions for which `own` holds, and those that call one of them.
+fn closure_over_callers(p: &Program, own: impl Fn(&Function) -> bool) -> HashSet<FuncId> {
+    let calls: Vec<Vec<FuncId>> = p.funcs.iter().map(|f| callees(&f.body)).collect();
+    let mut out: HashSet<FuncId> = p.ids().filter(|id| own(p.func(*id))).collect();
+    loop {
+        let before = out.len();
+        for id in p.ids() {
+            if !out.contains(&id) && calls[id.0 as usize].iter().any(|c| out.contains(c)) {
+                out.insert(id);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// Whether a function's own statements allocate (calls aside). A machine's entry runs the
+/// machine, which runs copies of its members' bodies: it allocates if they do.
+fn allocates_itself(f: &Function) -> bool {
+    let mut yes = matches!(f.kind, FuncKind::MachineEntry { .. });
+    walk(&f.body, &mut |s| match s {
+        Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates => yes = true,
+        Stmt::Let(_, Op::NewArray { .. } | Op::ArrayOf { .. }) | Stmt::Build { .. } => yes = true,
+        Stmt::Let(_, Op::ReleaseCarrying { .. }) => yes = true,
+        Stmt::MachineCall { .. } => yes = true,
+        _ => {}
+    });
+    yes
+}
+
+pub fn run(p: &mut Program) {
+    let mut markable = allocating(p);
+    for f in setting_globals(p) {
+        markable.remove(&f);
+    }
+    for f in &mut p.funcs {
+        let mut vars = std::mem::take(&mut f.vars);
+        mark(&mut f.body, &markable, &mut vars);
+        f.vars = vars;
+    }
+}
+
+fn mark(block: &mut Block, alloc: &HashSet<FuncId>, vars: &mut Vec<VarInfo>) {
+    flat_map(block, &mut |s| {
+        let needs = match &s {
+            Stmt::Let(rs, Op::Call { func, .. }) => {
+                alloc.contains(func) && !rs.iter().any(|r| vars[r.0 as usize].ty.holds_pointer())
+            }
+            _ => false,
+        };
+        if !needs {
+            return vec![s];
+        }
+        let m = fresh_var(vars, Ty::Mark, "m");
+        vec![
+            Stmt::Let(vec![m], Op::Mark),
+            s,
+            Stmt::Release(Operand::Var(m)),
+        ]
+    });
+}

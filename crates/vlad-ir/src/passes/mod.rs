@@ -1,0 +1,64 @@
+//! The passes over the IR, and the pipeline that runs them (`optimize`; Cranelift's
+//! `Context::optimize` is the model): each pass a plain function in its own module, the
+//! verifier after each when checking is on.
+
+pub mod carry;
+pub mod loops;
+pub mod machines;
+pub mod marks;
+pub mod tail;
+pub mod units;
+
+use crate::ir::Program;
+use crate::verify::{verify, VerifyError};
+
+/// How the pipeline runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Run the verifier after every pass (on in tests, and under `VLAD_VERIFY_IR=1`).
+    pub verify: bool,
+    /// The largest deep component (in statements) that gets an explicit-stack machine: a
+    /// machine is a second copy of its component, and a generic program can have components of
+    /// megabytes of C.
+    pub max_machine_size: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            verify: cfg!(debug_assertions) || std::env::var_os("VLAD_VERIFY_IR").is_some(),
+            max_machine_size: 25_000,
+        }
+    }
+}
+
+/// What the pipeline did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub machines: machines::Stats,
+}
+
+/// The passes, in order, over a program fresh from the lowering.
+pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
+    let check = |p: &Program, after: &str| -> Result<(), VerifyError> {
+        if opts.verify {
+            verify(p).map_err(|e| VerifyError {
+                func: e.func,
+                message: format!("after {after}: {}", e.message),
+            })?;
+        }
+        Ok(())
+    };
+    check(p, "the lowering")?;
+    tail::run(p);
+    check(p, "tail calls")?;
+    marks::run(p);
+    check(p, "arena marks")?;
+    carry::run(p);
+    check(p, "loops that carry arrays")?;
+    loops::run(p);
+    check(p, "the lowering of build and ifold")?;
+    let machines = machines::run(p, opts.max_machine_size);
+    check(p, "explicit-stack machines")?;
+    Ok(Stats { machines })
+}

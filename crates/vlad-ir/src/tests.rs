@@ -1,0 +1,463 @@
+//! Unit tests of the IR: the verifier accepts well-formed programs and rejects malformed ones,
+//! and each pass does what it says on small programs.
+
+use crate::builder::Builder;
+use crate::ir::*;
+use crate::passes;
+use crate::rt::Rt;
+use crate::verify::verify;
+use std::rc::Rc;
+
+fn layout(tys: &[Ty]) -> Layout {
+    tys.iter().cloned().collect()
+}
+
+fn spec(key: usize) -> FuncKind {
+    FuncKind::Specialised { key }
+}
+
+/// `f0(a: f64) -> f64 { return a + 1 }`.
+fn add_one() -> Function {
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::F64, "a0".into());
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(a), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(t)]));
+    b.finish(spec(0), vec![a], layout(&[Ty::F64]))
+}
+
+fn program(funcs: Vec<Function>) -> Program {
+    Program {
+        funcs,
+        ..Program::default()
+    }
+}
+
+#[test]
+fn a_well_formed_program_verifies_and_prints() {
+    let p = program(vec![add_one()]);
+    verify(&p).expect("well formed");
+    let text = crate::print::program(&p);
+    assert!(text.contains("fn f0(a0: f64) -> (f64) {"), "{text}");
+    assert!(text.contains("t1: f64 = fadd a0, 1.0"), "{text}");
+    assert!(text.contains("return t1"), "{text}");
+}
+
+#[test]
+fn the_verifier_rejects_a_wrong_type() {
+    let mut f = add_one();
+    // `a + #t`: a boolean where a real is needed.
+    f.body[0] = Stmt::Let(
+        vec![Var(1)],
+        Op::Binary(BinOp::FAdd, Operand::Var(Var(0)), Operand::Bool(true)),
+    );
+    let e = verify(&program(vec![f])).unwrap_err();
+    assert!(e.message.contains("expected f64, got bool"), "{e}");
+}
+
+#[test]
+fn the_verifier_rejects_an_unknown_callee() {
+    let mut f = add_one();
+    f.body[0] = Stmt::Let(
+        vec![Var(1)],
+        Op::Call {
+            func: FuncId(7),
+            args: vec![Operand::Var(Var(0))],
+            guard: None,
+        },
+    );
+    let e = verify(&program(vec![f])).unwrap_err();
+    assert!(e.message.contains("f7, which does not exist"), "{e}");
+}
+
+#[test]
+fn the_verifier_rejects_a_use_out_of_scope() {
+    // if #t { t = 1.0 } ; return t
+    let mut b = Builder::new();
+    b.open();
+    let t = b.let1(Ty::F64, "t", Op::Copy(Operand::F64(1.0)));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Bool(true),
+        then,
+        els: vec![],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(t)]));
+    let f = b.finish(spec(0), vec![], layout(&[Ty::F64]));
+    let e = verify(&program(vec![f])).unwrap_err();
+    assert!(e.message.contains("t0 is used out of its scope"), "{e}");
+}
+
+#[test]
+fn the_verifier_rejects_a_variable_defined_twice_and_a_bad_runtime_call() {
+    let mut f = add_one();
+    f.body.insert(1, f.body[0].clone());
+    let e = verify(&program(vec![f])).unwrap_err();
+    assert!(e.message.contains("defined twice"), "{e}");
+    let mut f = add_one();
+    f.body[0] = Stmt::Let(vec![Var(1)], Op::Rt(Rt::WriteReal, vec![Operand::Null]));
+    let e = verify(&program(vec![f])).unwrap_err();
+    assert!(e.message.contains("argument 0 of vl_write_real"), "{e}");
+}
+
+#[test]
+fn a_call_whose_result_is_returned_becomes_a_tail_call() {
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::F64, "a0".into());
+    let r = b.var(Ty::F64, "t");
+    b.push(Stmt::Let(
+        vec![r],
+        Op::Call {
+            func: FuncId(0),
+            args: vec![Operand::Var(a)],
+            guard: None,
+        },
+    ));
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    let caller = b.finish(spec(1), vec![a], layout(&[Ty::F64]));
+    let mut p = program(vec![add_one(), caller]);
+    passes::tail::run(&mut p);
+    verify(&p).unwrap();
+    assert_eq!(
+        p.funcs[1].body,
+        vec![Stmt::TailCall {
+            func: FuncId(0),
+            args: vec![Operand::Var(a)]
+        }]
+    );
+}
+
+/// `f0(a: f64) -> boxed { return box a }`: a function that allocates.
+fn boxer() -> Function {
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::F64, "a0".into());
+    let t = b.let1(Ty::Boxed, "b", Op::Rt(Rt::BoxReal, vec![Operand::Var(a)]));
+    b.push(Stmt::Return(vec![Operand::Var(t)]));
+    b.finish(spec(0), vec![a], layout(&[Ty::Boxed]))
+}
+
+#[test]
+fn a_call_that_allocates_and_returns_no_pointer_is_marked() {
+    // f1 calls f0 (allocates) for a boxed result, then f2 (allocates, through f0) for a real,
+    // then f3 (does not allocate).
+    let call = |b: &mut Builder, f: u32, ty: Ty| {
+        let r = b.var(ty, "t");
+        b.push(Stmt::Let(
+            vec![r],
+            Op::Call {
+                func: FuncId(f),
+                args: vec![Operand::F64(1.0)],
+                guard: None,
+            },
+        ));
+        r
+    };
+    let mut b = Builder::new();
+    call(&mut b, 0, Ty::Boxed);
+    let x = call(&mut b, 2, Ty::F64);
+    call(&mut b, 3, Ty::F64);
+    b.push(Stmt::Return(vec![Operand::Var(x)]));
+    let f1 = b.finish(spec(1), vec![], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::F64, "a0".into());
+    call(&mut b, 0, Ty::Boxed);
+    b.push(Stmt::Return(vec![Operand::Var(a)]));
+    let f2 = b.finish(spec(2), vec![a], layout(&[Ty::F64]));
+    let mut f3 = add_one();
+    f3.kind = spec(3);
+    let mut p = program(vec![boxer(), f1, f2, f3]);
+    passes::marks::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(1));
+    // Only the call of f2 is bracketed.
+    assert_eq!(text.matches("= mark").count(), 1, "{text}");
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let at = lines.iter().position(|l| l.contains("call f2")).unwrap();
+    assert!(lines[at - 1].ends_with("= mark"), "{text}");
+    assert!(lines[at + 1].starts_with("release"), "{text}");
+}
+
+#[test]
+fn a_loop_carrying_a_pointer_free_array_copies_it_down_to_its_first_entry_mark() {
+    // f0(a: array(f64), n: f64): if n > 0 { b = new array; return f0(b, n - 1) } else
+    // { return n }
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a0".into());
+    let n = b.named_var(Ty::F64, "a1".into());
+    let c = b.let1(
+        Ty::Bool,
+        "t",
+        Op::Binary(BinOp::FGt, Operand::Var(n), Operand::F64(0.0)),
+    );
+    b.open();
+    let fresh = b.let1(
+        arr.clone(),
+        "b",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::I64(3),
+        },
+    );
+    let m = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FSub, Operand::Var(n), Operand::F64(1.0)),
+    );
+    b.push(Stmt::TailCall {
+        func: FuncId(0),
+        args: vec![Operand::Var(fresh), Operand::Var(m)],
+    });
+    let then = b.close();
+    b.open();
+    b.push(Stmt::Return(vec![Operand::Var(n)]));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els,
+    });
+    let f = b.finish(spec(0), vec![a, n], layout(&[Ty::F64]));
+    let mut p = program(vec![f]);
+    passes::carry::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The mark once, then a loop; the self call copies the new array down and continues.
+    assert!(text.contains("entry"), "{text}");
+    assert!(text.contains("loop {"), "{text}");
+    assert!(text.contains("release entry"), "{text}");
+    assert!(text.contains("carrying b"), "{text}");
+    assert!(text.contains("continue"), "{text}");
+    assert!(!text.contains("return call"), "{text}");
+}
+
+#[test]
+fn build_and_ifold_lower_to_counted_loops() {
+    // b = build array(f64) count 4 { x = i as f64 } element x;
+    // s = ifold from 0.0 count 4 { y = load b[i] ; z = s + y } next z; return s
+    let mut b = Builder::new();
+    let arr = b.var(Ty::Array(layout(&[Ty::F64])), "b");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.let1(Ty::F64, "x", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: arr,
+        layout: layout(&[Ty::F64]),
+        count: Operand::I64(4),
+        index: i,
+        body,
+        elem: vec![Operand::Var(x)],
+    });
+    let s = b.var(Ty::F64, "s");
+    let j = b.var(Ty::I64, "i");
+    b.open();
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(arr),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let z = b.let1(
+        Ty::F64,
+        "z",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(y)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::I64(4),
+        index: j,
+        body,
+        next: vec![Operand::Var(z)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let f = b.finish(spec(0), vec![], layout(&[Ty::F64]));
+    let mut p = program(vec![f]);
+    verify(&p).unwrap();
+    passes::loops::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("new array(f64) count 4i"), "{text}");
+    assert!(text.contains("store b0[i1].0 = x2"), "{text}");
+    assert!(text.contains("var s3: f64"), "{text}");
+    assert!(text.contains("s3 := z6"), "{text}");
+    assert!(!text.contains("build") && !text.contains("ifold"), "{text}");
+}
+
+/// `f0(n: f64) -> f64 { if n > 0 { r = f0(n - 1); return r * n } else { return 1 } }`.
+fn factorial() -> Function {
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::F64, "a0".into());
+    let c = b.let1(
+        Ty::Bool,
+        "t",
+        Op::Binary(BinOp::FGt, Operand::Var(n), Operand::F64(0.0)),
+    );
+    b.open();
+    let m = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FSub, Operand::Var(n), Operand::F64(1.0)),
+    );
+    let dead = b.let1(
+        Ty::F64,
+        "d",
+        Op::Binary(BinOp::FMul, Operand::Var(m), Operand::F64(2.0)),
+    );
+    let r = b.var(Ty::F64, "t");
+    b.push(Stmt::Let(
+        vec![r],
+        Op::Call {
+            func: FuncId(0),
+            args: vec![Operand::Var(m)],
+            guard: None,
+        },
+    ));
+    let y = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FMul, Operand::Var(r), Operand::Var(n)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let then = b.close();
+    b.open();
+    b.push(Stmt::Return(vec![Operand::F64(1.0)]));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els,
+    });
+    let _ = dead;
+    b.finish(spec(0), vec![n], layout(&[Ty::F64]))
+}
+
+#[test]
+fn a_non_tail_recursive_function_gets_a_machine_with_its_live_variables_in_the_frame() {
+    let mut p = program(vec![factorial()]);
+    let stats = passes::machines::run(&mut p, 1000);
+    assert_eq!(stats.machines, 1);
+    verify(&p).unwrap();
+    // The machine (f1) and the entry of its member (f2).
+    let FuncKind::Machine(m) = &p.funcs[1].kind else {
+        panic!("no machine")
+    };
+    let mb = &m.members[0];
+    let names: Vec<&str> = mb.frame.iter().map(|v| p.funcs[1].name(*v)).collect();
+    // The parameter, and nothing else: `t` (n - 1) and `d` are dead after the call, and the
+    // call's result is defined by it.
+    assert_eq!(names, ["a0_0"]);
+    assert_eq!(mb.resumes, 1);
+    assert!(matches!(p.funcs[2].kind, FuncKind::MachineEntry { .. }));
+    // The native call is guarded by the entry.
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("call f0(t2) (deep: f2)"), "{text}");
+    // Too large: no machine.
+    let mut p = program(vec![factorial()]);
+    let stats = passes::machines::run(&mut p, 3);
+    assert_eq!(stats.too_large, 1);
+    assert_eq!(p.funcs.len(), 1);
+}
+
+#[test]
+fn the_verifier_rejects_a_machine_whose_frame_misses_a_live_variable() {
+    let mut p = program(vec![factorial()]);
+    passes::machines::run(&mut p, 1000);
+    let FuncKind::Machine(m) = &p.funcs[1].kind else {
+        panic!("no machine")
+    };
+    let mut m = (**m).clone();
+    m.members[0].frame.clear();
+    p.funcs[1].kind = FuncKind::Machine(Rc::new(m));
+    let e = verify(&p).unwrap_err();
+    assert!(e.message.contains("not in its frame"), "{e}");
+}
+
+#[test]
+fn unions_are_typed() {
+    let u = Ty::Union(Rc::from([
+        layout(&[Ty::F64]),
+        layout(&[Ty::Boxed, Ty::F64]),
+    ]));
+    let mut b = Builder::new();
+    let x = b.let1(
+        u.clone(),
+        "u",
+        Op::MakeUnion {
+            ty: u.clone(),
+            variant: 1,
+            fields: vec![Operand::Null, Operand::F64(2.0)],
+        },
+    );
+    let tag = b.let1(Ty::I64, "k", Op::UnionTag(Operand::Var(x)));
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::UnionField {
+            value: Operand::Var(x),
+            variant: 1,
+            index: 1,
+        },
+    );
+    let _ = tag;
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let f = b.finish(spec(0), vec![], layout(&[Ty::F64]));
+    verify(&program(vec![f.clone()])).unwrap();
+    let mut bad = f;
+    bad.body[2] = Stmt::Let(
+        vec![Var(2)],
+        Op::UnionField {
+            value: Operand::Var(Var(0)),
+            variant: 0,
+            index: 1,
+        },
+    );
+    let e = verify(&program(vec![bad])).unwrap_err();
+    assert!(e.message.contains("no field 1 of variant 0"), "{e}");
+}
+
+#[test]
+fn a_call_that_sets_globals_is_never_marked() {
+    // f1 (the constants' initialisation) boxes a constant into a global; f2 calls it, then f0.
+    let mut b = Builder::new();
+    let x = b.let1(Ty::Boxed, "b", Op::Rt(Rt::BoxReal, vec![Operand::F64(1.0)]));
+    b.push(Stmt::SetGlobal(GlobalId(0), Operand::Var(x)));
+    b.push(Stmt::Return(vec![]));
+    let init = b.finish(spec(1), vec![], layout(&[]));
+    let mut b = Builder::new();
+    b.effect(Op::Call {
+        func: FuncId(1),
+        args: vec![],
+        guard: None,
+    });
+    let t = b.var(Ty::Boxed, "t");
+    b.push(Stmt::Let(
+        vec![t],
+        Op::Call {
+            func: FuncId(0),
+            args: vec![Operand::F64(2.0)],
+            guard: None,
+        },
+    ));
+    b.push(Stmt::Return(vec![]));
+    let main = b.finish(spec(2), vec![], layout(&[]));
+    let mut p = program(vec![boxer(), init, main]);
+    p.globals.push(Global {
+        name: "vl_k0".into(),
+        ty: Ty::Boxed,
+    });
+    passes::marks::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(2));
+    // The global outlives the call: no mark around it (and none around the call of f0, whose
+    // result is a pointer).
+    assert!(!text.contains("mark"), "{text}");
+}
