@@ -28,3 +28,5 @@ bench() {
 
 ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else echo "scale=3; $1 / $2" | bc -l; fi; }
 
+# ratio2 A B: A / B to 3 significant digits ("-" when either is nan)
+ratio2() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3g", a / b }'; fi; }

@@ -82,7 +82,6 @@ series() {
 
 # per-repetition time in ms, 3 significant digits
 per_rep() { if [ "$1" = nan ]; then echo "-"; else awk -v t="$1" -v n="$2" 'BEGIN { printf "%.3g", 1000 * t / n }'; fi; }
-ratio2() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3g", a / b }'; fi; }
 # agree A B: "ok" when the first numbers printed agree within 1e-8 relative
 agree() {
   awk -v a="$(echo "$1" | head -1)" -v b="$(echo "$2" | head -1)" 'BEGIN {

@@ -11,8 +11,8 @@
 
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
-enum { VL_FORWARD, VL_PERTURBATION, VL_SENSITIVITY, VL_REVERSE };
-enum { VL_NIL, VL_BOOL, VL_REAL, VL_PRIM, VL_PAIR, VL_CLOSURE, VL_BUNDLE, VL_TAGGED, VL_ARRAY, VL_FLAT, VL_SENS, VL_FLATREF };
+/* The AD tags (VL_FORWARD ...), the kinds of objects (VL_NIL ...) and of the AD maps of boxed
+   closures (VL_MAP_...) are defined before this file, by the compiler (abi.rs). */
 /* `zero` marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero). */
 struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[]; };
 
@@ -76,11 +76,14 @@ static V vl_obj(int kind, unsigned aux, int n) {
   o->aux = aux;
   return o;
 }
+/* A boxed closure of a code with n slots (filled by the compiled code); () as a value. */
+static inline V vl_closure(long code, long n) { return vl_obj(VL_CLOSURE, (unsigned)code, (int)n); }
+static inline V vl_nil_value(void) { return vl_nil; }
 static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
 
 /* ---- arrays. An array whose elements have one abstract value is *flat*: slot 0 holds its
    length n, and element i's k slots (aux: the layout of the element value's shape, its known
-   parts stored too; gen/arrays.rs) are slots 1 + i*k ... i*k + k. The generated code reads
+   parts stored too; vlad-lower/src/arrays.rs) are slots 1 + i*k ... i*k + k. The generated code reads
    and writes them; for printing or an error message, or where it becomes part of a boxed
    value (a list of arrays whose length is known only at run time), it is boxed into a
    VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots 1..n the boxed elements),
@@ -92,6 +95,12 @@ static V vl_flat(long n, unsigned k) {
   o->aux = k;
   o->s[0].b = n;
   return o;
+}
+/* A new flat array of n elements of k slots, copied from data (an array literal). */
+static V vl_flat_of(long n, unsigned k, const vl_slot *data) {
+  V a = vl_flat(n, k);
+  memcpy(&a->s[1], data, (size_t)n * k * sizeof(vl_slot));
+  return a;
 }
 /* The bytes of flat array x, as vl_flat allocated them. */
 static inline size_t vl_flat_bytes(V x) {
@@ -139,7 +148,7 @@ static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
    in a chain of backpropagators, would make a loop over the array quadratic). Its elements are
    boxed when they are read (vl_elem: vl_box_elem, generated per layout); anything else that
    looks inside makes it a VL_ARRAY (vl_dense). */
-VL_FUN V vl_box_elem(int layout, V a, long i);
+VL_FUN V vl_box_elem(long layout, V a, long i);
 static V vl_flatref(V flat, unsigned tags, int layout) {
   V o = vl_obj(VL_FLATREF, tags, 3);
   o->s[0].b = flat->s[0].b;
@@ -321,6 +330,8 @@ static void vl_write(vl_buf *b, V v) {
   }
 }
 
+/* A line known at compile time. */
+static void vl_put_line(const char *s) { fputs(s, stdout); fputc('\n', stdout); }
 static void vl_print_line(V v) {
   vl_buf b = {0, 0, 0};
   vl_put(&b, "");
@@ -376,14 +387,27 @@ static void vl_describe(vl_buf *b, V v) {
 }
 
 /* ---- run-time errors: each site's rendered position (prefix) and source excerpt (suffix). */
-typedef struct { const char *prefix, *excerpt; } vl_site_t;
+/* An error site: the text before the message, and the excerpt under it (the source line, held
+   once in vl_lines however many sites it has, and a caret line under the span), rendered as the
+   evaluator's diagnostics are; line < 0: no excerpt. */
+typedef struct { const char *prefix; int line, text, col, width; } vl_site_t;
 static const vl_site_t vl_sites[];
+static const char *vl_lines[];
+static void vl_print_excerpt(const vl_site_t *s) {
+  if (s->line < 0) return;
+  int gutter = snprintf(0, 0, "%d", s->line);
+  fprintf(stderr, "%*s |\n%d | %s\n%*s | ", gutter, "", s->line, vl_lines[s->text], gutter, "");
+  for (int i = 1; i < s->col; i++) fputc(' ', stderr);
+  for (int i = 0; i < s->width; i++) fputc('^', stderr);
+  fputc('\n', stderr);
+}
 VL_SHARED int vl_site; /* the most recent call site in the user's program */
 
 static void vl_fail_at(int site, const char *message) {
   fflush(stdout);
   if (site < 0) site = vl_site;
-  fprintf(stderr, "%s%s\n%s", vl_sites[site].prefix, message, vl_sites[site].excerpt);
+  fprintf(stderr, "%s%s\n", vl_sites[site].prefix, message);
+  vl_print_excerpt(&vl_sites[site]);
   exit(1);
 }
 /* A diagnostic rendered at compile time (an expansion error of a later top-level form). */
@@ -397,7 +421,13 @@ static void vl_fail_internal(const char *m) {
   fprintf(stderr, "vlad: internal error in compiled code: %s\n", m);
   exit(70);
 }
-/* ---- the explicit stack of deep recursion (crates/vlad-backend-c/src/machine.rs). A function
+/* An AD map (by kind) met a boxed closure of a code it was not compiled for. */
+static void vl_fail_no_map(long kind, V v) {
+  char m[120];
+  snprintf(m, sizeof m, "an AD operator (map %ld) met a boxed procedure of code %u it was not compiled for", kind, v->aux);
+  vl_fail_internal(m);
+}
+/* ---- the explicit stack of deep recursion (crates/vlad-ir/src/passes/machines.rs). A function
    of a recursive component with non-tail calls inside it runs natively until the C stack is
    deeper than a budget (VL_DEEP, tested at each call between members; VLAD_NATIVE_DEPTH_BYTES,
    1 MiB by default); beyond it the call goes to the component's machine, whose frames (a
@@ -556,6 +586,12 @@ static V vl_car(V v, unsigned tags, int site) {
   }
   return v->s[0].v;
 }
+/* The cdr of a pair vl_car checked. */
+static inline V vl_cdr(V v) { return v->s[1].v; }
+/* Constant patterns and predicates on boxed values. */
+static inline long vl_real_is(V v, double x) { return v->kind == VL_REAL && v->s[0].d == x; }
+static inline long vl_bool_is(V v, long b) { return v->kind == VL_BOOL && v->s[0].b == b; }
+static inline long vl_is_plain_pair(V v) { return v->kind == VL_PAIR && v->aux == 0; }
 
 /* ---- the AD operators on boxed data (vlad-eval/src/ad.rs); boxed procedures are mapped by
    the compiled code, never here. */
@@ -584,8 +620,7 @@ static void vl_no_procedure(V v) {
 /* The AD maps of boxed closures, generated per code (the compiled program defines them):
    kind 0-3 push a tag, 4-7 remove one, 8/9 primal/tangent, 10 the zero sensitivity, 11 the
    shallow primal; and `bundle` of a closure and its perturbation. */
-enum { VL_MAP_UNTAG = 4, VL_MAP_PRIMAL = 8, VL_MAP_TANGENT = 9, VL_MAP_SZERO = 10, VL_MAP_SHALLOW = 11 };
-VL_FUN V vl_map_closure(int kind, V v);
+VL_FUN V vl_map_closure(long kind, V v);
 VL_FUN V vl_map_bundle(V p, V t);
 static void vl_ad_fail(const char *op, const char *what, V v) {
   vl_buf b = {0, 0, 0};
@@ -657,13 +692,27 @@ static void vl_length_fail(const char *op, long a, long b) {
 static int vl_scalar(V v) {
   return v->kind != VL_PAIR && v->kind != VL_CLOSURE && v->kind != VL_PRIM && v->kind != VL_ARRAY;
 }
+/* Can t (untagged) be the tangent of the scalar p (the evaluator's same_scalar_shape)? Reals
+   pair with reals; booleans with the same boolean; bundles and tagged values part by part. */
+static int vl_same_scalar_shape(V p, V t) {
+  if (p->kind != t->kind) return 0;
+  switch (p->kind) {
+  case VL_BOOL: return p->s[0].b == t->s[0].b;
+  case VL_BUNDLE: return vl_same_scalar_shape(p->s[0].v, t->s[0].v) && vl_same_scalar_shape(p->s[1].v, t->s[1].v);
+  case VL_TAGGED: return p->aux == t->aux && vl_same_scalar_shape(p->s[0].v, t->s[0].v);
+  default: return 1;
+  }
+}
 static V vl_ad_bundle(V p, V t) {
   p = vl_dense(p);
   t = vl_dense(t);
   if (p->kind == VL_CLOSURE) return vl_map_bundle(p, t);
-  vl_no_procedure(p);
-  vl_no_procedure(t);
-  if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && t->s[0].v->kind == p->kind)
+  /* A primitive and its own perturbation bundle into its forward version, which compiled code
+     makes; the runtime never meets that case. Any other procedure is a shape error. */
+  if (p->kind == VL_PRIM && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION &&
+      t->s[0].v->kind == VL_PRIM && t->s[0].v->aux == p->aux)
+    vl_no_procedure(p);
+  if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && vl_same_scalar_shape(p, t->s[0].v))
     return vl_bundle(p, t);
   if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION))
     return vl_pair(vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(p->s[0].v, t->s[0].v),
@@ -722,8 +771,9 @@ static V vl_ad_plus(V a, V b) {
     }
     return o;
   }
-  vl_no_procedure(a);
-  vl_no_procedure(b);
+  /* Closures of one code whose environments the runtime cannot see: compiled code adds them. */
+  if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux) vl_no_procedure(a);
+  if (a->kind == VL_PRIM && b->kind == VL_PRIM && a->aux == b->aux) return a;
   if (a->kind == VL_REAL && b->kind == VL_REAL) return vl_real(a->s[0].d + b->s[0].d);
   if (a->kind == VL_NIL && b->kind == VL_NIL) return a;
   if (a->kind == VL_BOOL && b->kind == VL_BOOL && a->s[0].b == b->s[0].b) return a;
@@ -792,7 +842,7 @@ static V vl_zero_sens1(V of);
 static V vl_zero_sens(V of) { return vl_as_zero(vl_zero_sens1(of)); }
 static V vl_zero_sens1(V of) {
   of = vl_dense(of);
-  if (of->kind == VL_CLOSURE) return vl_map_closure(14, of);
+  if (of->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_ZERO_SENS, of);
   if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
     return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),
                    vl_zero_sens(of->s[1].v));

@@ -8,7 +8,7 @@ use vlad_syntax::Diagnostic;
 pub enum Emit {
     /// Every specialised function: its abstract argument and result.
     Flow,
-    /// The specialised program: each reachable function's Core with its calls resolved.
+    /// The typed first-order IR the C is printed from (after its passes).
     Ir,
     /// The C program.
     C,
@@ -22,7 +22,7 @@ pub fn compile(
     opts: crate::native::CcOptions,
 ) -> u8 {
     let emit = match (emit, output) {
-        (Some(Emit::C), _) | (None, Some(_)) => {
+        (Some(Emit::C), _) | (None, Some(_)) | (Some(Emit::Ir), None) => {
             return compile_c(file, include, emit, output, opts)
         }
         (Some(e), _) => e,
@@ -82,29 +82,13 @@ pub fn compile(
             }
             write_out(&analysis.show(&place));
         }
-        Emit::Ir => {
-            let entries: Vec<usize> = results.iter().map(|r| r.1).collect();
-            let program = match analysis.specialise(&entries) {
-                Ok(p) => p,
-                Err(e) => {
-                    let (span, message) = crate::native::analysis_error(&sources, &e, e.span);
-                    return report(
-                        &Diagnostic::new(span, format!("cannot compile: {message}")),
-                        &sources,
-                    );
-                }
-            };
-            for (span, k) in &results {
-                write_out(&format!("; {} => f{k}\n", place(*span)));
-            }
-            write_out(&program.show(&analysis, &place));
-        }
-        Emit::C => unreachable!("handled by compile_c"),
+        Emit::C | Emit::Ir => unreachable!("handled by compile_c"),
     }
     0
 }
 
-/// `--emit c` (the C program, to `output` or standard output) or `-o` (an executable).
+/// `--emit c` (the C program, to `output` or standard output), `--emit ir` (the IR, to standard
+/// output) or `-o` (an executable).
 fn compile_c(
     file: &Path,
     include: &[PathBuf],
@@ -112,8 +96,8 @@ fn compile_c(
     output: Option<&Path>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    let c = match crate::native::generate_c(file, include, false) {
-        Ok(c) => c,
+    let compiled = match crate::native::generate_c(file, include, false) {
+        Ok(compiled) => compiled,
         Err(crate::native::Failure::Program(code)) => return code,
         Err(crate::native::Failure::Unsupported(reason)) => {
             eprintln!("vlad: cannot compile {} to C: {reason}", file.display());
@@ -124,14 +108,19 @@ fn compile_c(
             return 1;
         }
     };
+    let c = &compiled.c;
     let written = match (emit, output) {
+        (Some(Emit::Ir), _) => {
+            write_out(&vlad_ir::print::program(&compiled.ir));
+            Ok(())
+        }
         (Some(Emit::C), None) => {
             write_out(&c.single());
             Ok(())
         }
         (Some(Emit::C), Some(out)) => std::fs::write(out, c.single())
             .map_err(|e| format!("cannot write {}: {e}", out.display())),
-        (_, Some(out)) => crate::native::compile_c(&crate::native::units(&c), out, opts),
+        (_, Some(out)) => crate::native::compile_c(&crate::native::units(c), out, opts),
         (_, None) => unreachable!("an output or --emit c"),
     };
     match written {

@@ -233,14 +233,14 @@ fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptio
         None => {}
     }
     let reason = match native::generate_c(file, include, true) {
-        Ok(c) => match native::too_large(&c) {
+        Ok(compiled) => match native::too_large(&compiled.c) {
             Some(reason) => {
                 if let Some(k) = &key {
                     native::remember_evaluator(k, &reason);
                 }
                 reason
             }
-            None => match native::cached_executable(&native::units(&c), opts) {
+            None => match native::cached_executable(&native::units(&compiled.c), opts) {
                 Ok(exe) => {
                     if let Some(k) = &key {
                         native::remember_source(k, &exe);

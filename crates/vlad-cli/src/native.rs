@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use vlad_backend_c::CProgram;
-use vlad_syntax::{Diagnostic, SourceMap};
+use vlad_syntax::SourceMap;
 
 /// Why a program was not compiled: one line for the user, and whether the evaluator should
 /// run it instead (a program that does not load or expand is reported, not run).
@@ -31,48 +31,53 @@ pub struct CcOptions {
     pub native: bool,
 }
 
-/// The C program for `file`. With `through_expansion_error`, a top-level form that does not
-/// expand ends the program instead of failing it: the expressions before it are compiled, and
-/// the program then reports the error, as the evaluator does when it gets there (`vlad run`);
-/// without, it is `Failure::Evaluate` (`vlad compile` rejects the program).
+/// The compiled program for `file` (its IR and C). With `through_expansion_error`, a top-level
+/// form that does not expand ends the program instead of failing it: the expressions before it
+/// are compiled, and the program then reports the error, as the evaluator does when it gets
+/// there (`vlad run`); without, it is `Failure::Evaluate` (`vlad compile` rejects the program).
 pub fn generate_c(
     file: &Path,
     include: &[PathBuf],
     through_expansion_error: bool,
-) -> Result<CProgram, Failure> {
+) -> Result<vlad::Compiled, Failure> {
     let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
     };
-    let mut entries = Vec::new();
+    let mut cores = Vec::new();
     let mut final_error = None;
-    let mut analysis = vlad::analysis(&mut ev)
-        .map_err(|e| Failure::Unsupported(format!("{}: {}", place(e.span), e.message)))?;
-    analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
     for te in &exprs {
-        let core = match &te.core {
-            Ok(c) => *c,
+        match &te.core {
+            Ok(c) => cores.push(*c),
             // The evaluator runs the expressions before this one, then reports it.
             Err(d) if through_expansion_error => {
                 final_error = Some(d.render(&sources));
                 break;
             }
             Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
-        };
-        let k = analysis.analyse(core).map_err(|e| {
-            let (span, message) = analysis_error(&sources, &e, te.span);
-            Failure::Unsupported(format!("{}: {message}", place(span)))
-        })?;
-        entries.push(k);
+        }
     }
-    let program = analysis.specialise(&entries).map_err(|e| {
-        let (span, message) = analysis_error(&sources, &e, e.span);
-        Failure::Unsupported(format!("{}: {message}", place(span)))
-    })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
-    vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref())
-        .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
+    let opts = vlad::compile::Options {
+        deadline: Some(std::time::Instant::now() + analysis_time_limit()),
+        render: &render,
+        final_error: final_error.as_deref(),
+        passes: vlad_ir::passes::Options::default(),
+    };
+    vlad::compile(&mut ev, &cores, &opts).map_err(|e| {
+        if e.in_analysis {
+            let fallback = e.expr.map_or(e.span, |i| exprs[i].span);
+            let fe = vlad_flow::FlowError {
+                span: e.span,
+                message: e.message,
+            };
+            let (span, message) = analysis_error(&sources, &fe, fallback);
+            Failure::Unsupported(format!("{}: {message}", place(span)))
+        } else {
+            Failure::Unsupported(format!("{}: {}", place(e.span), e.message))
+        }
+    })
 }
 
 /// The most generated C (its functions, in bytes) that `vlad run` compiles: `VLAD_MAX_C_MB`
@@ -147,14 +152,18 @@ pub(crate) fn analysis_error(
     (span, message)
 }
 
-/// The text before and after the message of an error at `span`, as the evaluator's
-/// diagnostics render it.
-fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<(String, String)> {
-    sources.location(span)?;
-    const MARK: &str = "\u{1}MESSAGE\u{1}";
-    let text = Diagnostic::new(span, MARK).render(sources);
-    let (before, after) = text.split_once(MARK)?;
-    Some((before.to_string(), after.strip_prefix('\n')?.to_string()))
+/// The error site of `span`, as the evaluator's diagnostics render it.
+fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<vlad_ir::Site> {
+    let site = vlad_syntax::diagnostic::Site::of(span, sources)?;
+    Some(vlad_ir::Site {
+        prefix: site.prefix,
+        excerpt: Some(vlad_ir::Excerpt {
+            line: site.line as u32,
+            text: site.text.into(),
+            col: site.col as u32,
+            width: site.width as u32,
+        }),
+    })
 }
 
 /// The C compiler: `$CC` (a program and its arguments), else `cc`.

@@ -103,32 +103,11 @@ impl Diagnostic {
     /// `file:line:col: error: message`, then the line and a caret excerpt. A diagnostic without a
     /// source position (for example one raised inside a built-in) still names the message.
     pub fn render(&self, sources: &SourceMap) -> String {
-        let Some((path, line, col)) = sources.location(self.span) else {
+        let Some(site) = Site::of(self.span, sources) else {
             return format!("vlad: error: {}\n", self.message);
         };
-        let mut out = format!("{path}:{line}:{col}: error: {}\n", self.message);
-        let text = sources.line_text(self.span.file, line);
-        let gutter = line.to_string().len();
-        let _ = writeln!(out, "{:gutter$} |", "");
-        let _ = writeln!(out, "{line} | {text}");
-        // Underline to the end of the span, or to the end of the line for multi-line spans.
-        let f = sources.file(self.span.file).expect("located");
-        let start = (self.span.start as usize).min(f.text.len());
-        let end = (self.span.end as usize).clamp(start, f.text.len());
-        let same_line = f
-            .text
-            .get(start..end)
-            .map(|s| s.chars().count())
-            .unwrap_or(1);
-        let rest_of_line = text.chars().count().saturating_sub(col - 1);
-        let width = same_line.min(rest_of_line).max(1);
-        let _ = writeln!(
-            out,
-            "{:gutter$} | {}{}",
-            "",
-            " ".repeat(col - 1),
-            "^".repeat(width)
-        );
+        let mut out = format!("{}{}\n", site.prefix, self.message);
+        site.excerpt(&mut out);
         out
     }
 }
@@ -157,5 +136,60 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("1 | (foo bar)\n  |      ^^^\n"), "{r}");
+    }
+}
+
+/// Where an error is, as a diagnostic shows it: the text before the message
+/// (`path:line:col: error: `), and the source line under it with a caret line marking the span.
+/// The compiled code keeps sites in this form (a program's C holds each source line once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    pub prefix: String,
+    /// The line's number, and its text.
+    pub line: usize,
+    pub text: String,
+    /// The span's first column (1 for the first character) and its width on that line, in
+    /// characters.
+    pub col: usize,
+    pub width: usize,
+}
+
+impl Site {
+    /// The site of `span`, if it is in a source file.
+    pub fn of(span: Span, sources: &SourceMap) -> Option<Site> {
+        let (path, line, col) = sources.location(span)?;
+        let text = sources.line_text(span.file, line).to_string();
+        // Underline to the end of the span, or to the end of the line for multi-line spans.
+        let f = sources.file(span.file)?;
+        let start = (span.start as usize).min(f.text.len());
+        let end = (span.end as usize).clamp(start, f.text.len());
+        let same_line = f
+            .text
+            .get(start..end)
+            .map(|s| s.chars().count())
+            .unwrap_or(1);
+        let rest_of_line = text.chars().count().saturating_sub(col - 1);
+        Some(Site {
+            prefix: format!("{path}:{line}:{col}: error: "),
+            line,
+            text,
+            col,
+            width: same_line.min(rest_of_line).max(1),
+        })
+    }
+
+    /// The excerpt: the source line with its number, and the caret line.
+    pub fn excerpt(&self, out: &mut String) {
+        let line = self.line;
+        let gutter = line.to_string().len();
+        let _ = writeln!(out, "{:gutter$} |", "");
+        let _ = writeln!(out, "{line} | {}", self.text);
+        let _ = writeln!(
+            out,
+            "{:gutter$} | {}{}",
+            "",
+            " ".repeat(self.col - 1),
+            "^".repeat(self.width)
+        );
     }
 }

@@ -1,10 +1,15 @@
 //! The vlad toolchain as a library: the stages put together. The `vlad` command is a thin layer
 //! over it.
 //!
+//! - [`compile`]: the compiler's one entry point, closed top-level expressions to the IR and C
+//!   (the flow analysis, the specialisation, the lowering, the IR's passes, the C emitter).
 //! - [`exec`]: the specialised program of the flow analysis, run by an interpreter over the
 //!   evaluator's values (`vlad run --engine ir`): the oracle that checks the specialisation.
 
+pub mod compile;
 pub mod exec;
+
+pub use compile::{compile, CompileError, Compiled};
 
 use vlad_eval::{EvalError, Evaluator};
 use vlad_flow::Analysis;

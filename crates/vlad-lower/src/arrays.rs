@@ -1,29 +1,28 @@
 //! Arrays (paper 002): `build` (and its forward version), `ifold`, `get`, `array-length`, array
-//! literals and the AD operators on arrays, compiled to loops over *flat* arrays.
+//! literals and the AD operators on arrays, lowered to the IR's `build` and `ifold` loops over
+//! *flat* arrays.
 //!
 //! The analysis gives an array one abstract element value (`Av::Array(tags, len, e)`), so every
-//! element has the same layout: the array is one `V` leaf pointing to a runtime object whose
-//! slot 0 is the length and whose element `i` is `k` slots at `1 + i*k ...` (`vl_flat`).
+//! element has the same layout: the array is one leaf, a flat runtime array whose elements each
+//! hold the slots of that layout in a row (`Ty::Array`).
 //!
-//! The `k` slots are the layout of the element value's *shape* (`Av::shape`: its known reals
-//! and booleans made unknown), and known parts are stored too (`slots`). So two element values
-//! of one shape have one flat layout, and converting an array from one to the other (an array
+//! The slots are the layout of the element value's *shape* (`Av::shape`: its known reals and
+//! booleans made unknown), and known parts are stored too (`slots`). So two element values of
+//! one shape have one flat layout, and converting an array from one to the other (an array
 //! whose elements have a known zero tangent passed where the tangents are unknown) keeps the
 //! same array: a copy there, at a call inside a loop over the elements (forward `get`), made
-//! such loops quadratic. An array of reals is a length and a row of doubles. Flat arrays are
-//! never mutated after they are built, so a literal is built once, at start-up, like a boxed
-//! constant.
+//! such loops quadratic. Flat arrays are never mutated after they are built, so a literal is
+//! built once, at start-up, like a boxed constant.
 //!
 //! An array is boxed to be printed or described in an error, and where it becomes part of a
-//! boxed value (an element of a list whose length is known only at run time, the environment
-//! of a boxed backpropagator). Boxing is by reference, O(1) (`vl_flatref`): its elements are
-//! boxed when read, by a function generated for the element layout (`elem_boxer`). `get` and
-//! `array-length` of a boxed value, and the runtime's AD operators, take boxed arrays; a boxed
-//! array is never unboxed (the analysis keeps anything that was boxed boxed).
+//! boxed value. Boxing is by reference, O(1) (`vl_flatref`): its elements are boxed when read,
+//! by a function lowered for the element layout (`elem_boxer`). `get` and `array-length` of a
+//! boxed value, and the runtime's AD operators, take boxed arrays; a boxed array is never
+//! unboxed (the analysis keeps anything that was boxed boxed).
 //!
 //! **Reverse mode.** The sensitivity of a reverse `get` is a lazy one-hot runtime object
-//! (`onehot`), and the reverse `build`'s list is turned into an array and back by the
-//! runtime where its length is unknown (`list_to_array_rev`, `array_to_list_rev`).
+//! (`onehot`), and the reverse `build`'s list is turned into an array and back by the runtime
+//! where its length is unknown (`list_to_array_rev`, `array_to_list_rev`).
 //!
 //! **AD tags.** A tagged array is tagged structurally (its element value carries the tags), so
 //! it has the same flat layout. The AD operators map it element by element (`map_flat`,
@@ -32,19 +31,32 @@
 //! `perturb` of an array of reals costs nothing). `bundle` and `plus` check the lengths with the
 //! evaluator's message.
 
-use super::{real_literal, Gen, Leaf, Val, R};
-use std::fmt::Write as _;
+use super::{flow_error, layout::static_zero, Lowerer, Val, R};
+use std::rc::Rc;
 use vlad_core::{Datum, Tags};
 use vlad_flow::analysis::datum_av;
 use vlad_flow::{Av, Target};
+use vlad_ir::{BinOp, FuncKind, Op, Operand, Rt, Stmt, Ty, UnOp};
 
-impl Gen<'_, '_> {
+/// Two slots hold the same known value (reals compared by their bits: `-0` is not `0`).
+fn same_slot(a: &Option<Operand>, b: &Option<Operand>) -> bool {
+    match (a, b) {
+        (Some(Operand::F64(x)), Some(Operand::F64(y))) => x.to_bits() == y.to_bits(),
+        _ => a == b,
+    }
+}
+
+fn same_slots(a: &[Option<Operand>], b: &[Option<Operand>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_slot(x, y))
+}
+
+impl Lowerer<'_, '_> {
     /// For each slot of an element of value `e` in a flat array (the layout of `e.shape()`):
-    /// the C literal it holds where `e` knows it, `None` where it holds one of `e`'s leaves.
-    fn slots(&self, e: &Av, out: &mut Vec<Option<String>>) -> R<()> {
+    /// the constant it holds where `e` knows it, `None` where it holds one of `e`'s leaves.
+    fn slots(&self, e: &Av, out: &mut Vec<Option<Operand>>) -> R<()> {
         match e {
-            Av::Real(Some(x)) => out.push(Some(real_literal(x.get()))),
-            Av::Bool(Some(b)) => out.push(Some((*b as u8).to_string())),
+            Av::Real(Some(x)) => out.push(Some(Operand::F64(x.get()))),
+            Av::Bool(Some(b)) => out.push(Some(Operand::Bool(*b))),
             Av::Real(None) | Av::Bool(None) | Av::Array(..) | Av::Dyn(_) => out.push(None),
             Av::Bottom | Av::Nil | Av::Prim(_) => {}
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
@@ -61,13 +73,13 @@ impl Gen<'_, '_> {
             // zero is known (`visit_leaves`): then it has slots only if its shape's zero is
             // not known (known booleans, whose zero is themselves), and its reals are
             // placeholders there.
-            Av::Zero(of) if super::static_zero(&of.shape()) => {}
-            Av::Zero(of) if super::static_zero(of) => {
+            Av::Zero(of) if static_zero(&of.shape()) => {}
+            Av::Zero(of) if static_zero(of) => {
                 let mut inner = Vec::new();
                 self.slots(of, &mut inner)?;
                 let layout = self.layout(&of.shape())?;
-                out.extend(inner.into_iter().zip(layout).map(|(x, l)| match x {
-                    None => Some(l.dummy().to_string()),
+                out.extend(inner.into_iter().zip(layout).map(|(x, t)| match x {
+                    None => Some(Operand::placeholder(&t)),
                     known => known,
                 }));
             }
@@ -77,7 +89,7 @@ impl Gen<'_, '_> {
     }
 
     /// The slots of an element of value `e` and their layout.
-    fn elem_slots(&self, e: &Av) -> R<(Vec<Option<String>>, Vec<Leaf>)> {
+    fn elem_slots(&self, e: &Av) -> R<(Vec<Option<Operand>>, Vec<Ty>)> {
         let mut slots = Vec::new();
         self.slots(e, &mut slots)?;
         let layout = self.layout(&e.shape())?;
@@ -90,63 +102,70 @@ impl Gen<'_, '_> {
         Ok((slots, layout))
     }
 
-    /// The number of slots of an element of value `e`.
-    fn elem_width(&self, e: &Av) -> R<usize> {
-        Ok(self.layout(&e.shape())?.len())
+    /// The flat array type of arrays of `e` elements.
+    fn array_ty(&self, e: &Av) -> R<Ty> {
+        Ok(Ty::Array(self.layout(&e.shape())?.into()))
     }
 
-    /// The C expressions of the leaves of element `index`, of value `e`, of flat array `arr`.
-    fn flat_elem(&self, arr: &str, index: &str, e: &Av) -> R<Vec<String>> {
+    /// The leaves of element `index`, of value `e`, of flat array `arr`.
+    fn flat_elem(&mut self, arr: &Operand, index: &Operand, e: &Av) -> R<Vec<Operand>> {
         let (slots, layout) = self.elem_slots(e)?;
-        let k = layout.len();
-        Ok(slots
-            .iter()
-            .zip(&layout)
-            .enumerate()
-            .filter(|(_, (x, _))| x.is_none())
-            .map(|(j, (_, l))| format!("{arr}->s[1 + {index} * {k} + {j}].{}", l.slot()))
-            .collect())
+        let mut out = Vec::new();
+        for (j, (x, ty)) in slots.iter().zip(layout).enumerate() {
+            if x.is_none() {
+                out.push(self.let1(
+                    ty,
+                    Op::Load {
+                        array: arr.clone(),
+                        index: index.clone(),
+                        slot: j as u32,
+                    },
+                ));
+            }
+        }
+        Ok(out)
     }
 
-    /// Stores `leaves`, the leaves of a value `e`, as element `index` of flat array `arr`.
-    fn flat_store(&mut self, arr: &str, index: &str, e: &Av, leaves: &[String]) -> R<()> {
-        let (slots, layout) = self.elem_slots(e)?;
-        let k = layout.len();
-        let mut leaves = leaves.iter();
-        for (j, (x, l)) in slots.iter().zip(&layout).enumerate() {
-            let x = match x {
+    /// The slots stored for an element of value `e` whose leaves are `leaves`.
+    fn elem_operands(&self, e: &Av, leaves: Vec<Operand>) -> R<Vec<Operand>> {
+        let (slots, _) = self.elem_slots(e)?;
+        let mut leaves = leaves.into_iter();
+        let mut out = Vec::with_capacity(slots.len());
+        for x in slots {
+            out.push(match x {
                 Some(known) => known,
                 None => match leaves.next() {
                     Some(leaf) => leaf,
                     None => return self.unsupported("internal: an array element's leaves"),
                 },
-            };
-            self.line(format!(
-                "{arr}->s[1 + {index} * {k} + {j}].{} = {x};",
-                l.slot()
-            ));
+            });
         }
+        Ok(out)
+    }
+
+    /// Stores `leaves`, the leaves of a value `e`, as element `index` of flat array `arr`.
+    fn flat_store(&mut self, arr: &Operand, index: i64, e: &Av, leaves: Vec<Operand>) -> R<()> {
+        let slots = self.elem_operands(e, leaves)?;
+        self.store_slots(arr, index, slots);
         Ok(())
     }
 
-    /// Opens `for (long I = 0; I < N; I++) {`; its index variable. `close_block` closes it.
-    fn open_loop(&mut self, n: &str) -> String {
-        let i = self.fresh("i");
-        self.line(format!("for (long {i} = 0; {i} < {n}; {i}++) {{"));
-        self.indent += 1;
-        i
+    /// Stores the slots of element `index` of flat array `arr`.
+    fn store_slots(&mut self, arr: &Operand, index: i64, slots: Vec<Operand>) {
+        for (j, value) in slots.into_iter().enumerate() {
+            self.b.push(Stmt::Store {
+                array: arr.clone(),
+                index: Operand::I64(index),
+                slot: j as u32,
+                value,
+            });
+        }
     }
 
-    /// Closes the block `open_loop` (or an `if (...) {` line with its indent) opened.
-    fn close_block(&mut self) {
-        self.indent -= 1;
-        self.line("}");
-    }
-
-    /// The C expression of a real operand (a known real or a leaf); `None` for anything else.
-    fn real_expr(v: &Val) -> Option<String> {
+    /// A real operand (a known real or a leaf); `None` for anything else.
+    fn real_expr(v: &Val) -> Option<Operand> {
         match &v.av {
-            Av::Real(Some(x)) => Some(real_literal(x.get())),
+            Av::Real(Some(x)) => Some(Operand::F64(x.get())),
             Av::Real(None) => Some(v.leaves[0].clone()),
             _ => None,
         }
@@ -171,108 +190,133 @@ impl Gen<'_, '_> {
     /// The flat array of `to` elements whose element `i` has the leaves `f` gives for element
     /// `i` of the flat array `src` (of `from` elements). Where `f` gives every element its own
     /// leaves, in the same layout and without code, the result is `src` itself.
-    pub(super) fn map_flat(
+    pub(crate) fn map_flat(
         &mut self,
-        src: &str,
+        src: &Operand,
         from: &Av,
         to: &Av,
-        mut f: impl FnMut(&mut Self, Val) -> R<Vec<String>>,
-    ) -> R<String> {
+        mut f: impl FnMut(&mut Self, Val) -> R<Vec<Operand>>,
+    ) -> R<Operand> {
         // The same array where the elements' slots hold the same values: the same known
         // parts, and `f` giving each element its own leaves, without code.
-        if self.elem_slots(from)? == self.elem_slots(to)? {
-            let n = self.layout(from)?.len();
-            let probe: Vec<String> = (0..n).map(|j| format!("vl_probe{j}")).collect();
-            let outer = std::mem::take(&mut self.body);
-            let r = f(
-                self,
-                Val {
-                    av: from.clone(),
-                    leaves: probe.clone(),
-                },
-            );
-            let code = std::mem::replace(&mut self.body, outer);
-            if r? == probe && code.is_empty() {
-                return Ok(src.to_string());
+        if same_slots(&self.elem_slots(from)?.0, &self.elem_slots(to)?.0) {
+            let probe: Vec<Operand> = self
+                .layout(from)?
+                .into_iter()
+                .map(|ty| Operand::Var(self.b.var(ty, "probe")))
+                .collect();
+            let (r, code) = self.block(|s| {
+                f(
+                    s,
+                    Val {
+                        av: from.clone(),
+                        leaves: probe.clone(),
+                    },
+                )
+            })?;
+            if r == probe && code.is_empty() {
+                return Ok(src.clone());
             }
         }
-        let n = self.fresh("n");
-        self.line(format!("long {n} = {src}->s[0].b;"));
+        let n = self.let1(Ty::I64, Op::Length(src.clone()));
         self.flat_loop(&n, to, |s, i| {
-            let elem = Val {
-                av: from.clone(),
-                leaves: s.flat_elem(src, i, from)?,
-            };
-            f(s, elem)
+            let leaves = s.flat_elem(src, i, from)?;
+            f(
+                s,
+                Val {
+                    av: from.clone(),
+                    leaves,
+                },
+            )
         })
     }
 
-    /// A new flat array of `n` elements of value `to`, element `i` the leaves `elem` gives
-    /// (its code in a C loop over `i`).
+    /// A new flat array of `n` elements of value `to`, element `i` the leaves `elem` gives (a
+    /// `build` over `i`).
     fn flat_loop(
         &mut self,
-        n: &str,
+        n: &Operand,
         to: &Av,
-        elem: impl FnOnce(&mut Self, &str) -> R<Vec<String>>,
-    ) -> R<String> {
+        elem: impl FnOnce(&mut Self, &Operand) -> R<Vec<Operand>>,
+    ) -> R<Operand> {
         let to_l = self.layout(to)?;
-        let arr = self.fresh("b");
-        self.line(format!("V {arr} = vl_flat({n}, {});", self.elem_width(to)?));
-        let i = self.open_loop(n);
-        let leaves = elem(self, &i)?;
-        if leaves.len() != to_l.len() {
-            return self.unsupported("internal: an array map gives another layout");
-        }
-        let leaves = self.bind_leaves(&to_l, leaves);
-        self.flat_store(&arr, &i, to, &leaves)?;
-        self.close_block();
-        Ok(arr)
+        let ty = self.array_ty(to)?;
+        let Ty::Array(slots) = ty.clone() else {
+            unreachable!("an array type")
+        };
+        let array = self.b.var(ty, "b");
+        let index = self.b.var(Ty::I64, "i");
+        let (elem, body) = self.block(|s| {
+            let leaves = elem(s, &Operand::Var(index))?;
+            if leaves.len() != to_l.len() {
+                return s.unsupported("internal: an array map gives another layout");
+            }
+            s.elem_operands(to, leaves)
+        })?;
+        self.b.push(Stmt::Build {
+            array,
+            layout: slots,
+            count: n.clone(),
+            index,
+            body,
+            elem,
+        });
+        Ok(Operand::Var(array))
     }
 
     /// The flat array of `to` elements whose element `i` has the leaves `f` gives for elements
     /// `i` of `x` and `y`, after checking that their lengths agree (the evaluator's error,
     /// naming the operator `op`).
-    pub(super) fn zip_flat(
+    pub(crate) fn zip_flat(
         &mut self,
         op: &str,
         x: &Val,
         y: &Val,
         to: &Av,
-        mut f: impl FnMut(&mut Self, Val, Val) -> R<Vec<String>>,
-    ) -> R<String> {
+        mut f: impl FnMut(&mut Self, Val, Val) -> R<Vec<Operand>>,
+    ) -> R<Operand> {
         let (Some(xe), Some(ye)) = (Self::array_elem(&x.av), Self::array_elem(&y.av)) else {
             return self.unsupported("internal: a point-wise map of a non-array");
         };
-        let (xa, ya) = (&x.leaves[0], &y.leaves[0]);
-        let n = self.fresh("n");
-        self.line(format!("long {n} = {xa}->s[0].b;"));
-        self.line(format!(
-            "if ({ya}->s[0].b != {n}) vl_length_fail({}, {n}, {ya}->s[0].b);",
-            super::c_string(op)
-        ));
+        let (xa, ya) = (x.leaves[0].clone(), y.leaves[0].clone());
+        let n = self.let1(Ty::I64, Op::Length(xa.clone()));
+        let m = self.let1(Ty::I64, Op::Length(ya.clone()));
+        let differ = self.let1(Ty::Bool, Op::Binary(BinOp::INe, m.clone(), n.clone()));
+        self.b.push(Stmt::If {
+            cond: differ,
+            then: vec![Stmt::Let(
+                Vec::new(),
+                Op::Rt(Rt::LengthFail, vec![Operand::Str(op.into()), n.clone(), m]),
+            )],
+            els: Vec::new(),
+        });
         self.flat_loop(&n, to, |s, i| {
-            let a = Val {
-                av: xe.clone(),
-                leaves: s.flat_elem(xa, i, xe)?,
-            };
-            let b = Val {
-                av: ye.clone(),
-                leaves: s.flat_elem(ya, i, ye)?,
-            };
-            f(s, a, b)
+            let a = s.flat_elem(&xa, i, xe)?;
+            let b = s.flat_elem(&ya, i, ye)?;
+            f(
+                s,
+                Val {
+                    av: xe.clone(),
+                    leaves: a,
+                },
+                Val {
+                    av: ye.clone(),
+                    leaves: b,
+                },
+            )
         })
     }
 
     /// The image of an element value under the AD map `kind`.
-    pub(super) fn map_image(&mut self, kind: super::MapKind, e: &Av) -> R<Av> {
-        match kind.prim() {
+    pub(crate) fn map_image(&mut self, kind: vlad_ir::MapKind, e: &Av) -> R<Av> {
+        match super::layout::map_prim(kind) {
             Some(p) => self.elem_image(p, e.clone()),
             None => self.unsupported(format!("internal: the map {kind:?} of an array")),
         }
     }
 
     /// The image under the primitive `p` of an element value (or of the pair of two).
-    pub(super) fn elem_image(&mut self, p: vlad_core::Prim, a: Av) -> R<Av> {
+    pub(crate) fn elem_image(&mut self, p: vlad_core::Prim, a: Av) -> R<Av> {
         let r = self.prim_result(p, &a)?;
         // An array whose element value is no value has no elements (`(build 0 f)`, or its
         // lazy zero): its image has none either. (For `bundle` and `plus`, the two lengths
@@ -291,16 +335,22 @@ impl Gen<'_, '_> {
 
     /// `(build n f)`: the length checked as the evaluator checks it, then `f` called on 0, 1,
     /// ... in order, each result stored as an element.
-    pub(super) fn build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+    pub(crate) fn build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
         let Some((n, f)) = self.two(&a, site)? else {
             return self.unsupported("`build` of an argument that is not a pair");
         };
         let (Some(nx), Some(e)) = (Self::real_expr(&n), Self::untagged_elem(out)) else {
             return self.unsupported("`build` whose length is not a real");
         };
-        self.line(format!(
-            "vl_check_count({site}, \"build\", \"length\", {nx});"
-        ));
+        self.rt_effect(
+            Rt::CheckCount,
+            vec![
+                Operand::I64(site),
+                Operand::Str("build".into()),
+                Operand::Str("length".into()),
+                nx.clone(),
+            ],
+        );
         let e = e.clone();
         self.build_loop(t, &nx, f, Av::real(), &e, out, site)
     }
@@ -309,7 +359,7 @@ impl Gen<'_, '_> {
     /// its argument: the length is a forward real (checked on its innermost primal, described
     /// whole in the error), and each index is the index lifted to `t`, whose tangents are
     /// known zeros, so it has one leaf.
-    pub(super) fn forward_build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+    pub(crate) fn forward_build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
         let Av::Pair(tags, n, f) = &a.av else {
             return self.unsupported("a forward `build` of an argument that is not a pair");
         };
@@ -334,18 +384,28 @@ impl Gen<'_, '_> {
         let Some(nx) = Self::real_expr(&primal) else {
             return self.unsupported("a forward `build` whose length is not a forward real");
         };
-        self.line(format!("if (!vl_count_ok({nx})) {{"));
-        self.indent += 1;
-        let b = self.boxed_for_display(&n)?;
-        self.line(format!(
-            "vl_count_fail({site}, \"build\", \"length\", {nx}, {b});"
-        ));
-        self.close_block();
-        let index = self
-            .an
-            .lift_av(Av::real(), tags)
-            .map_err(super::flow_error)?;
-        if self.layout(&index)? != [super::Leaf::D] {
+        let ok = self.rt(Ty::Bool, Rt::CountOk, vec![nx.clone()]);
+        let ((), fail) = self.block(|s| {
+            let b = s.boxed_for_display(&n)?;
+            s.rt_effect(
+                Rt::CountFail,
+                vec![
+                    Operand::I64(site),
+                    Operand::Str("build".into()),
+                    Operand::Str("length".into()),
+                    nx.clone(),
+                    b,
+                ],
+            );
+            Ok(())
+        })?;
+        self.b.push(Stmt::If {
+            cond: ok,
+            then: Vec::new(),
+            els: fail,
+        });
+        let index = self.an.lift_av(Av::real(), tags).map_err(flow_error)?;
+        if self.layout(&index)? != [Ty::F64] {
             return self.unsupported("internal: a forward index of another layout");
         }
         self.build_loop(t, &nx, f, index, &e, out, site)
@@ -357,35 +417,35 @@ impl Gen<'_, '_> {
     fn build_loop(
         &mut self,
         t: &Target,
-        nx: &str,
+        nx: &Operand,
         f: Val,
         index_av: Av,
         e: &Av,
         out: &Av,
         site: i64,
     ) -> R<Val> {
-        let layout = self.layout(e)?;
-        let len = self.fresh("n");
-        self.line(format!("long {len} = (long){nx};"));
-        let arr = self.fresh("b");
-        self.line(format!(
-            "V {arr} = vl_flat({len}, {});",
-            self.elem_width(e)?
-        ));
-        if *t != Target::Unreachable {
-            let i = self.open_loop(&len);
-            let index = Val {
-                av: index_av,
-                leaves: vec![format!("(double){i}")],
+        let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx.clone()));
+        let arr = if *t == Target::Unreachable {
+            let ty = self.array_ty(e)?;
+            let Ty::Array(layout) = ty.clone() else {
+                unreachable!("an array type")
             };
-            let r = self.apply(t, f, index, e, site)?;
-            if r.av != Av::Bottom {
-                let r = self.coerce(r, e)?;
-                let leaves = self.bind_leaves(&layout, r.leaves);
-                self.flat_store(&arr, &i, e, &leaves)?;
-            }
-            self.close_block();
-        }
+            self.let1(ty, Op::NewArray { layout, count: len })
+        } else {
+            self.flat_loop(&len, e, |s, i| {
+                let x = s.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, i.clone()));
+                let index = Val {
+                    av: index_av,
+                    leaves: vec![x],
+                };
+                let r = s.apply(t, f, index, e, site)?;
+                if r.av == Av::Bottom {
+                    // The element never comes: its slots are placeholders.
+                    return s.placeholders(e);
+                }
+                Ok(s.coerce(r, e)?.leaves)
+            })?
+        };
         Ok(Val {
             av: out.clone(),
             leaves: vec![arr],
@@ -394,7 +454,7 @@ impl Gen<'_, '_> {
 
     /// `(ifold f init n)`: the count checked, then the accumulator, in the layout of the
     /// analysis's fixpoint `out`, threaded through `f` called on 0, 1, ... in order.
-    pub(super) fn ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+    pub(crate) fn ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
         let Some((f, rest)) = self.two(&a, site)? else {
             return self.unsupported("`ifold` of an argument that is not a list");
         };
@@ -404,71 +464,79 @@ impl Gen<'_, '_> {
         let Some(nx) = Self::real_expr(&n) else {
             return self.unsupported("`ifold` whose count is not a real");
         };
-        self.line(format!(
-            "vl_check_count({site}, \"ifold\", \"count\", {nx});"
-        ));
+        self.rt_effect(
+            Rt::CheckCount,
+            vec![
+                Operand::I64(site),
+                Operand::Str("ifold".into()),
+                Operand::Str("count".into()),
+                nx.clone(),
+            ],
+        );
+        let init = self.coerce(init, out)?;
+        if *t == Target::Unreachable {
+            return Ok(init);
+        }
         let layout = self.layout(out)?;
-        let acc = self.temps(&layout);
-        self.store(&acc, out, init)?;
-        if *t != Target::Unreachable {
-            // An accumulator whose boxed leaves are all pointer-free flat arrays is carried
-            // from one step to the next by copying (`vl_release_carrying`): each step's other
-            // allocations are reclaimed, so the loop runs in constant memory.
-            let carriable = self.carriable_leaves(out)?;
-            let carried: Vec<usize> = (0..layout.len())
-                .filter(|&j| layout[j] == Leaf::V)
-                .collect();
-            let carry = !carried.is_empty() && carried.iter().all(|&j| carriable[j]);
-            let mark = carry.then(|| {
-                let m = self.fresh("m");
-                self.line(format!("vl_mark_t {m} = vl_mark();"));
-                m
-            });
-            let len = self.fresh("n");
-            self.line(format!("long {len} = (long){nx};"));
-            let i = self.open_loop(&len);
-            let mut leaves = acc.clone();
-            leaves.push(format!("(double){i}"));
+        let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx));
+        let accs: Vec<vlad_ir::Var> = layout
+            .iter()
+            .map(|ty| self.b.var(ty.clone(), "t"))
+            .collect();
+        let index = self.b.var(Ty::I64, "i");
+        let acc_leaves: Vec<Operand> = accs.iter().map(|v| Operand::Var(*v)).collect();
+        let (next, body) = self.block(|s| {
+            let x = s.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, Operand::Var(index)));
+            let mut leaves = acc_leaves.clone();
+            leaves.push(x);
             let arg = Val {
                 av: Av::pair(out.clone(), Av::real()),
                 leaves,
             };
-            let r = self.apply(t, f, arg, out, site)?;
-            self.store(&acc, out, r)?;
-            if let Some(m) = mark {
-                let c = self.fresh("c");
-                let items: Vec<&str> = carried.iter().map(|&j| acc[j].as_str()).collect();
-                for statement in super::release_carrying(&m, &c, &items) {
-                    self.line(statement);
-                }
-                for (n, &j) in carried.iter().enumerate() {
-                    self.line(format!("{} = {c}[{n}];", acc[j]));
-                }
+            let r = s.apply(t, f, arg, out, site)?;
+            if r.av == Av::Bottom {
+                // The step never returns: the accumulator stays.
+                return Ok(acc_leaves.clone());
             }
-            self.close_block();
-        }
+            Ok(s.coerce(r, out)?.leaves)
+        })?;
+        self.b.push(Stmt::Ifold {
+            accs,
+            init: init.leaves,
+            count: len,
+            index,
+            body,
+            next,
+        });
         Ok(Val {
             av: out.clone(),
-            leaves: acc,
+            leaves: acc_leaves,
         })
     }
 
     /// `(get a i)`: the index checked against the length (the evaluator's errors), then the
     /// element's leaves read in place. A boxed array, or an index that may not be a real (a
     /// boxed value), is checked at run time, the array first, as the evaluator checks them.
-    pub(super) fn get(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
+    pub(crate) fn get(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
         let Some((arr, i)) = self.two(&a, site)? else {
             return self.unsupported("`get` of an argument that is not a pair");
         };
         if let Av::Dyn(_) = arr.av {
-            let call = match Self::real_expr(&i) {
-                Some(ix) => format!("vl_boxed_get({site}, {}, {ix})", arr.leaves[0]),
+            let t = match Self::real_expr(&i) {
+                Some(ix) => self.rt(
+                    Ty::Boxed,
+                    Rt::BoxedGet,
+                    vec![Operand::I64(site), arr.leaves[0].clone(), ix],
+                ),
                 None => {
                     let b = self.boxed_for_display(&i)?;
-                    format!("vl_boxed_get_v({site}, {}, {b})", arr.leaves[0])
+                    self.rt(
+                        Ty::Boxed,
+                        Rt::BoxedGetV,
+                        vec![Operand::I64(site), arr.leaves[0].clone(), b],
+                    )
                 }
             };
-            let t = self.runtime_v(call);
             return match out {
                 Av::Dyn(_) => Ok(Val {
                     av: out.clone(),
@@ -483,23 +551,23 @@ impl Gen<'_, '_> {
             return self.not_an_array(&arr, "get", site);
         };
         let ix = self.index_expr(&i, site)?;
-        let a = &arr.leaves[0];
-        let k = self.fresh("k");
-        self.line(format!("long {k} = vl_index({site}, {ix}, {a}->s[0].b);"));
+        let a = arr.leaves[0].clone();
+        let len = self.let1(Ty::I64, Op::Length(a.clone()));
+        let k = self.rt(Ty::I64, Rt::Index, vec![Operand::I64(site), ix, len]);
         Ok(Val {
-            leaves: self.flat_elem(a, &k, &e)?,
+            leaves: self.flat_elem(&a, &k, &e)?,
             av: e,
         })
     }
 
-    /// An index as a C `double`: a real, or any other value checked at run time
-    /// (`vl_index_real`: the evaluator's error where it is not a real).
-    fn index_expr(&mut self, i: &Val, site: i64) -> R<String> {
+    /// An index as a real: a real, or any other value checked at run time (`vl_index_real`:
+    /// the evaluator's error where it is not a real).
+    fn index_expr(&mut self, i: &Val, site: i64) -> R<Operand> {
         Ok(match Self::real_expr(i) {
             Some(ix) => ix,
             None => {
                 let b = self.boxed_for_display(i)?;
-                format!("vl_index_real({site}, {b})")
+                self.rt(Ty::F64, Rt::IndexReal, vec![Operand::I64(site), b])
             }
         })
     }
@@ -508,45 +576,68 @@ impl Gen<'_, '_> {
     /// neither an array nor boxed): the evaluator's error, where the code is reached.
     fn not_an_array(&mut self, a: &Val, op: &str, site: i64) -> R<Val> {
         let b = self.boxed_for_display(a)?;
-        self.line(format!(
-            "vl_not_array({site}, {}, {b});",
-            super::c_string(op)
-        ));
+        self.rt_effect(
+            Rt::NotArray,
+            vec![Operand::I64(site), Operand::Str(op.into()), b],
+        );
         Ok(Val::known(Av::Bottom))
     }
 
     /// `(array-length a)`.
-    pub(super) fn array_length(&mut self, a: Val, site: i64) -> R<Val> {
+    pub(crate) fn array_length(&mut self, a: Val, site: i64) -> R<Val> {
         if let Av::Dyn(_) = a.av {
+            let n = self.rt(
+                Ty::F64,
+                Rt::BoxedLength,
+                vec![Operand::I64(site), a.leaves[0].clone()],
+            );
             return Ok(Val {
                 av: Av::real(),
-                leaves: vec![format!("vl_boxed_length({site}, {})", a.leaves[0])],
+                leaves: vec![n],
             });
         }
         if Self::array_elem(&a.av).is_none() {
             return self.not_an_array(&a, "array-length", site);
         }
+        let n = self.let1(Ty::I64, Op::Length(a.leaves[0].clone()));
+        let x = self.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, n));
         Ok(Val {
             av: Av::real(),
-            leaves: vec![format!("(double){}->s[0].b", a.leaves[0])],
+            leaves: vec![x],
         })
     }
 
     /// The leaves of a constant in the layout of `to` (an array literal, or data holding
     /// some), lifted through the AD tags `tags` (a literal in transformed code): arrays are
     /// built, the rest converted from their known values.
-    pub(super) fn datum_leaves(&mut self, d: &Datum, tags: Tags, to: &Av) -> R<Vec<String>> {
+    fn datum_leaves(&mut self, d: &Datum, tags: Tags, to: &Av) -> R<Vec<Operand>> {
         match (d, to) {
             (Datum::Array(items), Av::Array(t, _, e)) if *t == tags => {
-                let arr = self.fresh("b");
-                self.line(format!(
-                    "V {arr} = vl_flat({}, {});",
-                    items.len(),
-                    self.elem_width(e)?
-                ));
-                for (i, x) in items.iter().enumerate() {
+                let ty = self.array_ty(e)?;
+                let Ty::Array(layout) = ty.clone() else {
+                    unreachable!("an array type")
+                };
+                let mut elems = Vec::with_capacity(items.len());
+                for x in items.iter() {
                     let leaves = self.datum_leaves(x, tags, e)?;
-                    self.flat_store(&arr, &i.to_string(), e, &leaves)?;
+                    elems.push(self.elem_operands(e, leaves)?);
+                }
+                let constant =
+                    |x: &Operand| matches!(x, Operand::F64(_) | Operand::Bool(_) | Operand::I64(_));
+                // Slots all known: the literal is data (one copy at start-up, C linear in it).
+                if !layout.is_empty() && elems.iter().flatten().all(constant) {
+                    let slots = elems.into_iter().flatten().collect();
+                    return Ok(vec![self.let1(ty, Op::ArrayOf { layout, slots })]);
+                }
+                let arr = self.let1(
+                    ty,
+                    Op::NewArray {
+                        layout,
+                        count: Operand::I64(items.len() as i64),
+                    },
+                );
+                for (i, slots) in elems.into_iter().enumerate() {
+                    self.store_slots(&arr, i as i64, slots);
                 }
                 Ok(vec![arr])
             }
@@ -558,10 +649,7 @@ impl Gen<'_, '_> {
             // An array among data of other shapes (`#(1 #(2))`, an element boxed): built in
             // its own layout, then converted.
             (Datum::Array(_), _) => {
-                let own = self
-                    .an
-                    .lift_av(datum_av(d), tags)
-                    .map_err(super::flow_error)?;
+                let own = self.an.lift_av(datum_av(d), tags).map_err(flow_error)?;
                 if !matches!(own, Av::Array(..)) {
                     return self.unsupported("an array constant of another layout");
                 }
@@ -569,29 +657,26 @@ impl Gen<'_, '_> {
                 self.coerce_leaves(&own, &leaves, to)
             }
             _ => {
-                let av = self
-                    .an
-                    .lift_av(datum_av(d), tags)
-                    .map_err(super::flow_error)?;
+                let av = self.an.lift_av(datum_av(d), tags).map_err(flow_error)?;
                 self.coerce_leaves(&av, &[], to)
             }
         }
     }
 
-    /// A constant holding arrays, built once at start-up into a global (flat arrays are never
-    /// mutated, so every use can share it).
-    pub(super) fn array_constant(&mut self, d: &Datum, tags: Tags, av: &Av) -> R<Val> {
-        let (r, lines) = self.detached(|s| s.datum_leaves(d, tags, av));
-        let leaves = r?;
+    /// A constant holding arrays, built once at start-up into globals (flat arrays are never
+    /// mutated, so every use can share them).
+    pub(crate) fn array_constant(&mut self, d: &Datum, tags: Tags, av: &Av) -> R<Val> {
         let layout = self.layout(av)?;
-        self.constant_init.push_str(&lines);
-        let mut names = Vec::new();
-        for (x, l) in leaves.iter().zip(&layout) {
-            let name = self.fresh("vl_a");
-            let _ = writeln!(self.constant_decls, "VL_SHARED {} {name};", l.ctype());
-            let _ = writeln!(self.constant_init, "  {name} = {x};");
-            names.push(name);
-        }
+        let names = self.detached(|s| {
+            let leaves = s.datum_leaves(d, tags, av)?;
+            let mut names = Vec::new();
+            for (x, ty) in leaves.into_iter().zip(layout) {
+                let g = s.global(format!("vl_a{}", s.out.globals.len()), ty);
+                s.b.push(Stmt::SetGlobal(g, x));
+                names.push(Operand::Global(g));
+            }
+            Ok(names)
+        })?;
         Ok(Val {
             av: av.clone(),
             leaves: names,
@@ -601,12 +686,15 @@ impl Gen<'_, '_> {
     /// A flat array converted to another element value (a wider one: constants become
     /// leaves, parts are boxed). Where the two have one shape, and every slot `to` knows
     /// holds that value in `from`'s elements too, it is the same array.
-    pub(super) fn coerce_array(&mut self, src: &str, from: &Av, to: &Av) -> R<Vec<String>> {
+    pub(crate) fn coerce_array(&mut self, src: &Operand, from: &Av, to: &Av) -> R<Vec<Operand>> {
         if from.shape() == to.shape() {
             let (a, _) = self.elem_slots(from)?;
             let (b, _) = self.elem_slots(to)?;
-            if a.iter().zip(&b).all(|(x, y)| y.is_none() || x == y) {
-                return Ok(vec![src.to_string()]);
+            if a.iter()
+                .zip(&b)
+                .all(|(x, y)| y.is_none() || same_slot(x, y))
+            {
+                return Ok(vec![src.clone()]);
             }
         }
         let arr = self.map_flat(src, from, to, |s, e| s.coerce_leaves(from, &e.leaves, to))?;
@@ -615,8 +703,8 @@ impl Gen<'_, '_> {
 
     /// A flat array boxed, for printing or an error message, or as part of a boxed value: by
     /// reference (`vl_flatref`, O(1)), its elements boxed when they are read, by the boxer
-    /// generated for its element layout (`elem_boxer`).
-    pub(super) fn box_array(&mut self, src: &str, tags: Tags, e: &Av) -> R<String> {
+    /// lowered for its element layout (`elem_boxer`).
+    pub(crate) fn box_array(&mut self, src: &Operand, tags: Tags, e: &Av) -> R<Operand> {
         let key = (e.clone(), self.for_display);
         let n = match self.elem_boxer_ids.get(&key) {
             Some(n) => *n,
@@ -627,40 +715,53 @@ impl Gen<'_, '_> {
                 n
             }
         };
-        Ok(self.runtime_v(format!("vl_flatref({src}, {}u, {n})", tags.bits())))
+        Ok(self.rt(
+            Ty::Boxed,
+            Rt::BoxFlatRef,
+            vec![
+                src.clone(),
+                Operand::I64(tags.bits() as i64),
+                Operand::I64(n as i64),
+            ],
+        ))
     }
 
-    /// The definition of `vl_box_elem_N`, which boxes element `i` of a flat array `a` of the
-    /// element layout `N` of `elem_boxers`.
-    pub(super) fn elem_boxer(&mut self, n: usize) -> R<String> {
+    /// `vl_box_elem_N`, which boxes element `i` of a flat array `a` of the element layout `N`
+    /// of `elem_boxers`.
+    pub(crate) fn elem_boxer(&mut self, n: usize) -> R<vlad_ir::Function> {
         let (e, display) = self.elem_boxers[n].clone();
-        let key = std::mem::replace(&mut self.key, usize::MAX);
         let outer_display = std::mem::replace(&mut self.for_display, display);
-        let (r, body) = self.detached(|s| {
-            let leaves = s.flat_elem("a", "i", &e)?;
+        let ty = self.array_ty(&e)?;
+        let (r, b) = self.in_function(|s| {
+            let a = s.b.named_var(ty, "a".into());
+            let i = s.b.named_var(Ty::I64, "i".into());
+            let leaves = s.flat_elem(&Operand::Var(a), &Operand::Var(i), &e)?;
             let x = s.boxed_val(&Val { av: e, leaves })?;
-            s.line(format!("return {x};"));
-            Ok(())
+            s.b.push(Stmt::Return(vec![x]));
+            Ok(vec![a, i])
         });
-        self.key = key;
         self.for_display = outer_display;
-        r?;
-        Ok(format!(
-            "static V vl_box_elem_{n}(V a, long i) {{\n  (void)a;\n  (void)i;\n{body}}}\n\n"
+        Ok(b.finish(
+            FuncKind::Helper {
+                name: format!("vl_box_elem_{n}"),
+                exported: false,
+            },
+            r?,
+            Rc::from([Ty::Boxed]),
         ))
     }
 }
 
 /// Reverse mode through arrays: the three internal primitives of the reverse `get` and `build`
-/// (vlad-eval/src/ad.rs, `REVERSE_PRELUDE` and `ARRAY_DEFINITIONS`).
-impl Gen<'_, '_> {
+/// (the prelude, vlad-prelude).
+impl Lowerer<'_, '_> {
     /// `(%onehot-sensitivity a k s)`: the sensitivity of the reverse array `a` that is `s` at
     /// index `k` (already checked by the `get` it is the backpropagator of). It stays lazy in
     /// the runtime (`vl_onehot`, O(1)), as in the evaluator, so the analysis boxes it. Where
     /// the zero of `a`'s elements is known, the node holds that zero (a constant) and only
     /// the length of `a`; otherwise it holds `a` boxed (by reference, also O(1)), to take
     /// each element's zero from when it is made dense.
-    pub(super) fn onehot(&mut self, a: Val, out: &Av) -> R<Val> {
+    pub(crate) fn onehot(&mut self, a: Val, out: &Av) -> R<Val> {
         if *out == Av::Bottom {
             return Ok(Val::known(Av::Bottom));
         }
@@ -676,37 +777,42 @@ impl Gen<'_, '_> {
         // The index `get` checked (a boxed one is a real too).
         let ix = self.index_expr(&k, -1)?;
         let s = self.boxed_val(&s)?;
-        self.map_kinds.insert(super::MapKind::ZeroSensitivity);
-        let call = match &arr.av {
-            Av::Dyn(_) => format!("vl_onehot({}, 0, 0u, 0, (long)({ix}), {s})", arr.leaves[0]),
-            Av::Array(t, _, e) if super::static_zero(e) => {
+        self.map_kinds.insert(vlad_ir::MapKind::ZeroSensitivity);
+        let k = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, ix));
+        let args = match &arr.av {
+            Av::Dyn(_) => vec![
+                arr.leaves[0].clone(),
+                Operand::I64(0),
+                Operand::I64(0),
+                Operand::Null,
+                k,
+                s,
+            ],
+            Av::Array(t, _, e) if static_zero(e) => {
                 let zero = self.boxed_val(&Val {
-                    av: Av::Zero(std::rc::Rc::new((**e).clone())),
+                    av: Av::Zero(Rc::new((**e).clone())),
                     leaves: Vec::new(),
                 })?;
-                format!(
-                    "vl_onehot(0, {}->s[0].b, {}u, {zero}, (long)({ix}), {s})",
-                    arr.leaves[0],
-                    t.bits()
-                )
+                let n = self.let1(Ty::I64, Op::Length(arr.leaves[0].clone()));
+                vec![Operand::Null, n, Operand::I64(t.bits() as i64), zero, k, s]
             }
             Av::Array(t, _, e) => {
                 let b = self.box_array(&arr.leaves[0], *t, e)?;
-                format!("vl_onehot({b}, 0, 0u, 0, (long)({ix}), {s})")
+                vec![b, Operand::I64(0), Operand::I64(0), Operand::Null, k, s]
             }
             _ => return self.unsupported("internal: a one-hot sensitivity of a non-array"),
         };
         Ok(Val {
             av: out.clone(),
-            leaves: vec![self.runtime_v(call)],
+            leaves: vec![self.rt(Ty::Boxed, Rt::OneHot, args)],
         })
     }
 
     /// `(%list->array-rev l)`: the list `build`'s loop accumulated, last element first, as an
     /// array with the list's tags. A list of unknown length is boxed; its elements are then
     /// boxed too (the analysis joined them with the boxed tail), one slot each.
-    pub(super) fn list_to_array_rev(&mut self, l: Val, out: &Av) -> R<Val> {
-        // Boxed by the runtime: a boxed array (`flat` 0), or a flat one of boxed elements.
+    pub(crate) fn list_to_array_rev(&mut self, l: Val, out: &Av) -> R<Val> {
+        // Made by the runtime: a boxed array (`flat` 0), or a flat one of boxed elements.
         let flat = match out {
             Av::Dyn(_) => Some(0),
             Av::Array(_, _, e) if matches!(**e, Av::Dyn(_)) => Some(1),
@@ -714,9 +820,11 @@ impl Gen<'_, '_> {
         };
         if let Some(flat) = flat {
             let b = self.boxed_val(&l)?;
+            let ty = self.layout(out)?.pop().expect("one leaf");
+            let x = self.rt(ty, Rt::ListToArrayRev, vec![b, Operand::I64(flat)]);
             return Ok(Val {
                 av: out.clone(),
-                leaves: vec![self.runtime_v(format!("vl_list_to_array_rev({b}, {flat})"))],
+                leaves: vec![x],
             });
         }
         let e = match out {
@@ -729,7 +837,7 @@ impl Gen<'_, '_> {
         let mut cur = self.force(l)?;
         let tags = match &cur.av {
             Av::Pair(t, ..) => *t,
-            _ => vlad_core::Tags::EMPTY,
+            _ => Tags::EMPTY,
         };
         while let Av::Pair(t, x, y) = cur.av.clone() {
             if t != tags {
@@ -743,16 +851,21 @@ impl Gen<'_, '_> {
         if let Av::Dyn(_) = cur.av {
             return self.unsupported("internal: a list of unknown length with unboxed elements");
         }
-        let arr = self.fresh("b");
-        self.line(format!(
-            "V {arr} = vl_flat({}, {});",
-            items.len(),
-            self.elem_width(&e)?
-        ));
+        let ty = self.array_ty(&e)?;
+        let Ty::Array(layout) = ty.clone() else {
+            unreachable!("an array type")
+        };
         let n = items.len();
+        let arr = self.let1(
+            ty,
+            Op::NewArray {
+                layout,
+                count: Operand::I64(n as i64),
+            },
+        );
         for (j, x) in items.into_iter().enumerate() {
             let leaves = self.coerce_leaves(&x.av, &x.leaves, &e)?;
-            self.flat_store(&arr, &(n - 1 - j).to_string(), &e, &leaves)?;
+            self.flat_store(&arr, (n - 1 - j) as i64, &e, leaves)?;
         }
         Ok(Val {
             av: out.clone(),
@@ -762,11 +875,11 @@ impl Gen<'_, '_> {
 
     /// `(%array->list-rev a)`: the sensitivity of an array made by `build` as the sensitivity
     /// of the list its loop accumulated (boxed).
-    pub(super) fn array_to_list_rev(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
+    pub(crate) fn array_to_list_rev(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
         if *out == Av::Bottom {
             // Not an array: the runtime reports the evaluator's error.
             let b = self.boxed_for_display(&a)?;
-            self.line(format!("vl_array_to_list_rev({site}, {b});"));
+            self.rt_effect(Rt::ArrayToListRev, vec![Operand::I64(site), b]);
             return Ok(Val::known(Av::Bottom));
         }
         let Av::Dyn(_) = out else {
@@ -775,7 +888,7 @@ impl Gen<'_, '_> {
         let b = self.boxed_val(&a)?;
         Ok(Val {
             av: out.clone(),
-            leaves: vec![self.runtime_v(format!("vl_array_to_list_rev({site}, {b})"))],
+            leaves: vec![self.rt(Ty::Boxed, Rt::ArrayToListRev, vec![Operand::I64(site), b])],
         })
     }
 }
