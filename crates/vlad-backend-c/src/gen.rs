@@ -558,11 +558,15 @@ struct Gen<'g, 'a> {
 /// gives the position text of error sites. `final_error`, if any, is a rendered diagnostic the
 /// program reports after its top-level expressions, exiting with status 1 (the expansion error
 /// of the top-level form that follows them, which the evaluator reports when it gets there).
+/// With `print_values`, the value of each entry is printed on a line of its own; without, the
+/// entries print only what they write (a whole program's run writes its expressions' values
+/// itself).
 pub fn generate(
     an: &mut Analysis<'_>,
     prog: &Program,
     render: SiteRenderer<'_>,
     final_error: Option<&str>,
+    print_values: bool,
 ) -> R<crate::units::CProgram> {
     let boxed = an.boxed_snapshot();
     let mut g = Gen {
@@ -602,7 +606,7 @@ pub fn generate(
     g.key = usize::MAX;
     for &k in &prog.entries {
         let v = g.call_fun(k, Vec::new(), Vec::new())?;
-        if v.av == Av::Bottom {
+        if v.av == Av::Bottom || !print_values {
             continue;
         }
         if let Some(text) = known_text(&v.av) {

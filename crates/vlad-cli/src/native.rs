@@ -71,7 +71,7 @@ pub fn generate_c(
         Failure::Unsupported(format!("{}: {message}", place(span)))
     })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
-    vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref())
+    vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref(), true)
         .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
 }
 
