@@ -41,38 +41,42 @@ pub fn generate_c(
     include: &[PathBuf],
     through_expansion_error: bool,
 ) -> Result<CProgram, Failure> {
-    let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
+    let (sources, program, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
     };
-    let mut entries = Vec::new();
-    let mut final_error = None;
+    // The run of the whole program is the one entry; the expansion error that stops it, if
+    // any, is reported after it (`vlad run`) or rejects the program (`vlad compile`).
+    let final_error = match &program.stop {
+        Some(d) if through_expansion_error => Some(d.render(&sources)),
+        Some(d) => return Err(Failure::Evaluate(d.render(&sources))),
+        None => None,
+    };
     let mut analysis = Analysis::new(&mut ev);
     analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
-    for te in &exprs {
-        let core = match &te.core {
-            Ok(c) => *c,
-            // The evaluator runs the expressions before this one, then reports it.
-            Err(d) if through_expansion_error => {
-                final_error = Some(d.render(&sources));
-                break;
-            }
-            Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
-        };
-        let k = analysis.analyse(core).map_err(|e| {
-            let (span, message) = analysis_error(&sources, &e, te.span);
-            Failure::Unsupported(format!("{}: {message}", place(span)))
-        })?;
-        entries.push(k);
-    }
-    let program = analysis.specialise(&entries).map_err(|e| {
+    let whole = program
+        .exprs
+        .first()
+        .map_or(vlad_core::Span::NONE, |e| e.span);
+    let entry = analysis.analyse(program.run).map_err(|e| {
+        let (span, message) = analysis_error(&sources, &e, whole);
+        Failure::Unsupported(format!("{}: {message}", place(span)))
+    })?;
+    let entries = vec![entry];
+    let specialised = analysis.specialise(&entries).map_err(|e| {
         let (span, message) = analysis_error(&sources, &e, e.span);
         Failure::Unsupported(format!("{}: {message}", place(span)))
     })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
-    vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref(), true)
-        .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
+    vlad_backend_c::generate(
+        &mut analysis,
+        &specialised,
+        &render,
+        final_error.as_deref(),
+        false,
+    )
+    .map_err(|u| Failure::Unsupported(format!("{}: {}", place(u.span), u.reason)))
 }
 
 /// The most generated C (its functions, in bytes) that `vlad run` compiles: `VLAD_MAX_C_MB`

@@ -524,9 +524,10 @@ pub fn pair_mismatch(tags: Tags, v: &Value, span: Span) -> EvalError {
     )
 }
 
-/// Spans of built-in code live far above any user file id (`SourceMap::builtin`).
+/// Spans of the user's files (not of the standard library or built-in code: their errors are
+/// reported at the user's call site).
 pub fn is_user_span(s: Span) -> bool {
-    s.file < u32::MAX / 2
+    s.is_user()
 }
 
 /// `true` if `outer` is the outermost part of `tags`.
