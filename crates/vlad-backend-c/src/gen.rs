@@ -517,7 +517,8 @@ fn c_string(s: &str) -> String {
 }
 
 /// The rendered error position of a source span: the text before the message (`path:line:col:
-/// error: `) and the source excerpt after it; `None` for no position.
+/// error: `) and the source excerpt after it; `None` for no position. For a span in library
+/// code: the message its errors are reported with, if its line gives one (and nothing after).
 pub type SiteRenderer<'r> = &'r dyn Fn(Span) -> Option<(String, String)>;
 
 struct Gen<'g, 'a> {
@@ -778,21 +779,29 @@ impl Gen<'_, '_> {
     }
 
     /// The index of the error site of `span` in the site table (-1: the last user call site,
-    /// for errors inside built-in code).
+    /// for errors inside library or built-in code; -2 - i: the same, with the message of entry
+    /// i, a library line's own message for its errors, which `render` gives as the prefix).
     fn site(&mut self, span: Span) -> i64 {
-        if !vlad_eval::machine::is_user_span(span) {
+        if !vlad_eval::machine::is_user_span(span) && !span.is_library() {
             return -1;
         }
+        let code = |i: usize| {
+            if span.is_library() {
+                -2 - i as i64
+            } else {
+                i as i64
+            }
+        };
         if let Some(i) = self.site_ids.get(&span) {
-            return *i as i64;
+            return code(*i);
         }
         let Some(text) = (self.render)(span) else {
-            return 0;
+            return if span.is_library() { -1 } else { 0 };
         };
         let i = self.sites.len();
         self.sites.push(text);
         self.site_ids.insert(span, i);
-        i as i64
+        code(i)
     }
 
     // ------------------------------------------------------------------ layouts

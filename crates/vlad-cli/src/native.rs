@@ -152,8 +152,12 @@ pub(crate) fn analysis_error(
 }
 
 /// The text before and after the message of an error at `span`, as the evaluator's
-/// diagnostics render it.
+/// diagnostics render it; for a span in the standard library, the message its line gives
+/// (`SourceMap::library_message`) and nothing, if it gives one.
 fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<(String, String)> {
+    if span.is_library() {
+        return sources.library_message(span).map(|m| (m, String::new()));
+    }
     sources.location(span)?;
     const MARK: &str = "\u{1}MESSAGE\u{1}";
     let text = Diagnostic::new(span, MARK).render(sources);

@@ -103,6 +103,19 @@ impl SourceMap {
         Some((&f.path, line + 1, col))
     }
 
+    /// What an error raised at `span` in the standard library means, if its line says so in a
+    /// comment `; error: MESSAGE` (the library's checks of its arguments). The error is then
+    /// reported, at the user's call site, with that message.
+    pub fn library_message(&self, span: Span) -> Option<String> {
+        if !span.is_library() {
+            return None;
+        }
+        let (_, line, _) = self.location(span)?;
+        let text = self.line_text(span.file, line);
+        let (_, message) = text.split_once("; error: ")?;
+        Some(message.trim().to_string())
+    }
+
     /// The text of one line (1-based), without its newline.
     fn line_text(&self, file: u32, line: usize) -> &str {
         let Some(f) = self.file(file) else { return "" };
