@@ -158,7 +158,7 @@ pub fn check(
         let outcome = match &te.core {
             Err(d) => Outcome::Failed(d.message.clone()),
             Ok(core) => match crate::evaluate(&mut ev, *core, engine, max_steps) {
-                Err(e) => Outcome::Failed(e.message),
+                Err(e) => Outcome::Failed(crate::eval_diagnostic(&e, &sources).message),
                 Ok(v) => {
                     let mut text = buffer.borrow().clone();
                     text.push_str(&ev.render(&v));

@@ -168,6 +168,15 @@ fn dispatch(cli: Cli) -> u8 {
     }
 }
 
+/// The diagnostic of a run-time error: at its span, with its message, or with what the library
+/// line it arose on says it means (`SourceMap::library_message`).
+pub(crate) fn eval_diagnostic(e: &vlad_eval::EvalError, sources: &SourceMap) -> Diagnostic {
+    let message = sources
+        .library_message(e.library)
+        .unwrap_or_else(|| e.message.clone());
+    Diagnostic::new(e.span, message)
+}
+
 pub(crate) fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
     eprint!("{}", d.render(sources));
     1
@@ -288,7 +297,7 @@ fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engi
     let result = evaluate(&mut ev, program.run, engine, max_steps);
     ev.output.flush();
     match (result, program.stop) {
-        (Err(e), _) => report(&Diagnostic::new(e.span, e.message), &sources),
+        (Err(e), _) => report(&eval_diagnostic(&e, &sources), &sources),
         (Ok(_), Some(d)) => report(&d, &sources),
         (Ok(_), None) => 0,
     }

@@ -424,6 +424,12 @@ impl Session {
         let names = self.names();
         let mut ex = vlad_syntax::expand::Expander::new(&mut self.ev.arena);
         ex.globals = names.clone();
+        ex.curried = self.unit.curried.clone();
+        for (name, d) in &self.procedures {
+            if let Some(n) = vlad_syntax::program::curried_arity(d) {
+                ex.curried.insert(names[name], n);
+            }
+        }
         let mut defs: Vec<Def> = Vec::new();
         for (name, d) in &self.procedures {
             let (_, span, rhs) = ex.define(d.list().expect("a define form"), d.span)?;
@@ -483,14 +489,14 @@ impl Session {
         let f = self
             .ev
             .eval(lam)
-            .map_err(|e| Diagnostic::new(e.span, e.message))?;
+            .map_err(|e| crate::eval_diagnostic(&e, &self.sources))?;
         let mut arg = Value::Nil;
         for k in self.values.iter().rev() {
             arg = Value::pair(Tags::EMPTY, k.value.clone(), arg);
         }
         let r = self.ev.call(f, arg, Span::NONE);
         self.ev.output.flush();
-        r.map_err(|e| Diagnostic::new(e.span, e.message))
+        r.map_err(|e| crate::eval_diagnostic(&e, &self.sources))
     }
 
     fn expression(&mut self, form: &Sexp) -> Result<Value, Diagnostic> {

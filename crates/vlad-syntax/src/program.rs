@@ -266,6 +266,25 @@ pub struct TopExpr {
     pub expected: Option<Sexp>,
 }
 
+/// For a definition with a curried header, `(define ((f a b) c) ...)`, the number of
+/// parameters of its first level (2 here); `None` otherwise, or for a dotted first level.
+pub fn curried_arity(form: &Sexp) -> Option<usize> {
+    let header = form.list()?.get(1)?;
+    let outer = header.list()?;
+    let mut first = outer.first()?;
+    if first.symbol().is_some() {
+        return None;
+    }
+    while let Some(parts) = first.list() {
+        match parts.first() {
+            Some(h) if h.symbol().is_some() => return Some(parts.len() - 1),
+            Some(h) => first = h,
+            None => return None,
+        }
+    }
+    None
+}
+
 /// The name a `define` form defines, and where.
 fn define_name(form: &Sexp) -> Result<(String, Span), Diagnostic> {
     let items = form.list().expect("define form");
@@ -382,6 +401,9 @@ pub fn build_program(arena: &mut Arena, forms: &[TopForm]) -> Result<Program, Di
                     ));
                 }
                 let var = ex.arena.fresh_var(&name);
+                if let Some(n) = curried_arity(d) {
+                    ex.curried.insert(var, n);
+                }
                 scopes.defs.push(DefSite {
                     at,
                     file: span.file,
@@ -637,6 +659,8 @@ pub struct Unit {
     count: usize,
     /// Every definition, expanded.
     pub defs: Vec<Def>,
+    /// The curried definitions' first arities (`Expander::curried`).
+    pub curried: HashMap<Var, usize>,
 }
 
 impl Unit {
@@ -670,6 +694,9 @@ impl Unit {
                         ));
                     }
                     let var = arena.fresh_var(&name);
+                    if let Some(n) = curried_arity(d) {
+                        self.curried.insert(var, n);
+                    }
                     self.scopes.defs.push(DefSite {
                         at: base + i,
                         file: span.file,
@@ -688,6 +715,7 @@ impl Unit {
         }
         self.count += forms.len();
         let mut ex = Expander::new(arena);
+        ex.curried = self.curried.clone();
         let mut new_defs = Vec::new();
         let mut exprs = Vec::new();
         let mut site = first;
