@@ -216,10 +216,7 @@ pub fn repl(include: &[PathBuf], history: Option<PathBuf>) -> u8 {
     if interactive {
         println!("vlad {} -- ,help for help", env!("CARGO_PKG_VERSION"));
     }
-    loop {
-        let Some(first) = input.line("vlad> ") else {
-            break;
-        };
+    while let Some(first) = input.line("vlad> ") {
         let mut text = first;
         while incomplete(&text) {
             match input.line("  ... ") {

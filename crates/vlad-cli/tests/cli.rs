@@ -800,3 +800,55 @@ fn repl_native() {
     assert_eq!(o.code, Some(0), "{}", o.describe());
     assert_eq!(o.stdout, "(2 4 6)\n(2 4 6)\n", "{}", o.describe());
 }
+
+/// Errors in library code are reported at the program's own call, with the message the
+/// library line gives, the same in both engines; a curried operator called with its argument
+/// and point together is an error before the run.
+#[test]
+fn errors_in_library_code_name_the_callers_site() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "((gradient-F (lambda (x) (list x x))) (list 1 2))",
+            "prog.vlad:2:1: error: gradient-F: the function must return a real",
+            "^^^^^",
+        ),
+        (
+            "((gradient-R (lambda ((list x y)) (list x y))) (list 1 2))",
+            "prog.vlad:2:1: error: gradient-R: the function must return a real",
+            "^^^^^",
+        ),
+        (
+            "((derivative-F sin) (list 1 2))",
+            "prog.vlad:2:1: error: derivative-F: the point must be a real",
+            "^^^^^",
+        ),
+        (
+            "(define (g v) (v+ v (list 1 2 3)))\n(g (list 1 2))",
+            "prog.vlad:2:15: error: map2: the lists have different lengths",
+            "(define (g v) (v+ v (list 1 2 3)))",
+        ),
+        (
+            "((gradient-R (lambda ((list x y z)) (* x (* y z)))) (list 1 2))",
+            "prog.vlad:2:1: error: pattern mismatch: expected a reverse pair, got (reverse ())",
+            "^^^^^",
+        ),
+        (
+            "(derivative-F sin 1)",
+            "prog.vlad:2:1: error: `derivative-F` takes 1 argument and returns a procedure \
+             (it is curried): write ((derivative-F f) x), not (derivative-F f x); this call passes 2",
+            "^^^^^",
+        ),
+        (
+            "(gradient-R (lambda (v) (dot v v)) (list 1 2))",
+            "prog.vlad:2:1: error: `gradient-R` takes 1 argument",
+            "^^^^^",
+        ),
+    ];
+    for (body, first, excerpt) in cases {
+        let o = run_both(&format!("(include \"ad\")\n{body}\n"), "");
+        assert_eq!(o.code, Some(1), "{body}\n{}", o.describe());
+        assert!(o.stderr.starts_with(first), "{body}\n{}", o.describe());
+        assert!(o.stderr.contains(excerpt), "{body}\n{}", o.describe());
+        assert!(!o.stderr.contains("<lib>"), "{body}\n{}", o.describe());
+    }
+}

@@ -649,6 +649,10 @@ fn wrap(arena: &mut Arena, defs: &[Def], body: ExprId) -> Result<ExprId, Diagnos
     Ok(acc)
 }
 
+/// What a batch of forms added to a [`Unit`]: its definitions, and its top-level expressions
+/// (where each is, and its Core, not closed).
+pub type Batch = (Vec<Def>, Vec<(Span, ExprId)>);
+
 /// Programs loaded a batch of forms at a time (the REPL's includes): each batch's definitions
 /// are expanded in the scope of their own files, which may see the files of earlier batches
 /// (never later ones, so what was expanded stays valid).
@@ -670,11 +674,7 @@ impl Unit {
 
     /// Adds a batch of forms; the new definitions (also in `defs`) and the new top-level
     /// expressions (expanded in their file's scope, not closed).
-    pub fn add(
-        &mut self,
-        arena: &mut Arena,
-        forms: &[TopForm],
-    ) -> Result<(Vec<Def>, Vec<(Span, ExprId)>), Diagnostic> {
+    pub fn add(&mut self, arena: &mut Arena, forms: &[TopForm]) -> Result<Batch, Diagnostic> {
         let base = self.count;
         let first = self.scopes.defs.len();
         let mut seen: HashMap<(u32, String), Span> = HashMap::new();
