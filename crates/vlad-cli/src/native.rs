@@ -126,15 +126,15 @@ pub(crate) fn analysis_time_limit() -> std::time::Duration {
     std::time::Duration::from_secs(secs)
 }
 
-/// Where and what to report for an analysis error: an error placed in built-in code (the
-/// time limit, say) is placed at `fallback`, the top-level expression whose analysis it
-/// stopped; a time-out says how to raise the limit.
+/// Where and what to report for an analysis error: an error placed in library or built-in
+/// code (the time limit, say) is placed at `fallback`, the top-level expression whose analysis
+/// it stopped; a time-out says how to raise the limit.
 pub(crate) fn analysis_error(
     sources: &SourceMap,
     e: &vlad_flow::FlowError,
     fallback: vlad_core::Span,
 ) -> (vlad_core::Span, String) {
-    let span = if sources.location(e.span).is_some() {
+    let span = if sources.location(e.span).is_some() && e.span.is_user() {
         e.span
     } else {
         fallback
