@@ -405,6 +405,12 @@ VL_SHARED int vl_site; /* the most recent call site in the user's program */
 
 static void vl_fail_at(int site, const char *message) {
   fflush(stdout);
+  /* An error at a library line that says what its errors mean (site -2 - i: entry i's prefix
+     is that message): reported with it, at the user's call site. */
+  if (site < -1) {
+    message = vl_sites[-2 - site].prefix;
+    site = -1;
+  }
   if (site < 0) site = vl_site;
   fprintf(stderr, "%s%s\n", vl_sites[site].prefix, message);
   vl_print_excerpt(&vl_sites[site]);

@@ -134,10 +134,11 @@ pub fn check(
     max_steps: Option<u64>,
     engine: crate::Engine,
 ) -> u8 {
-    let (sources, exprs, mut ev) = match crate::prepare(file, include, max_steps) {
+    let (sources, program, mut ev) = match crate::prepare(file, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let exprs = program.exprs;
     let (mut passed, mut failed) = (0usize, 0usize);
     for te in exprs {
         let expected = te.expected.as_ref();
@@ -157,7 +158,7 @@ pub fn check(
         let outcome = match &te.core {
             Err(d) => Outcome::Failed(d.message.clone()),
             Ok(core) => match crate::evaluate(&mut ev, *core, engine, max_steps) {
-                Err(e) => Outcome::Failed(e.message),
+                Err(e) => Outcome::Failed(crate::eval_diagnostic(&e, &sources).message),
                 Ok(v) => {
                     let mut text = buffer.borrow().clone();
                     text.push_str(&ev.render(&v));

@@ -35,10 +35,13 @@ pub fn compile(
         );
         return 2;
     }
-    let (sources, exprs, mut ev) = match prepare(file, include, None) {
+    let (sources, program, mut ev) = match prepare(file, include, None) {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if let Some(d) = &program.stop {
+        return report(d, &sources);
+    }
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
@@ -48,27 +51,24 @@ pub fn compile(
         Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
     };
     analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
+    // The run of the whole program (docs/language.md): one entry, placed at the first
+    // top-level expression.
+    let whole = program
+        .exprs
+        .first()
+        .map_or(vlad_core::Span::NONE, |e| e.span);
     let mut results = Vec::new();
-    for te in &exprs {
-        let core = match &te.core {
-            Ok(c) => *c,
-            Err(d) => return report(d, &sources),
-        };
-        if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
-            eprintln!("flow: analysing the expression at {}", place(te.span));
-        }
-        match analysis.analyse(core) {
-            Ok(k) => results.push((te.span, k)),
-            Err(e) => {
-                if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
-                    eprint!("{}", analysis.show(&place));
-                }
-                let (span, message) = crate::native::analysis_error(&sources, &e, te.span);
-                return report(
-                    &Diagnostic::new(span, format!("cannot compile: {message}")),
-                    &sources,
-                );
+    match analysis.analyse(program.run) {
+        Ok(k) => results.push((whole, k)),
+        Err(e) => {
+            if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
+                eprint!("{}", analysis.show(&place));
             }
+            let (span, message) = crate::native::analysis_error(&sources, &e, whole);
+            return report(
+                &Diagnostic::new(span, format!("cannot compile: {message}")),
+                &sources,
+            );
         }
     }
     match emit {

@@ -3,13 +3,14 @@
 mod check;
 mod compile;
 mod native;
+mod repl;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vlad_core::Arena;
 use vlad_eval::Evaluator;
-use vlad_syntax::program::{build, load, TopExpr};
+use vlad_syntax::program::{build_program, load, Program};
 use vlad_syntax::{Diagnostic, SourceMap};
 
 #[derive(Parser, Clone)]
@@ -65,6 +66,16 @@ enum Command {
         /// Compile for any CPU of this architecture (no `-march=native`).
         #[arg(long)]
         portable: bool,
+    },
+    /// Read-eval-print loop: definitions persist, errors do not end the session; `,help`
+    /// lists the commands (`,time EXPR`, `,native EXPR`, `,history`).
+    Repl {
+        /// Extra directories searched by `include`.
+        #[arg(short = 'I', value_name = "DIR")]
+        include: Vec<PathBuf>,
+        /// The history file (default `$VLAD_HISTORY`, else `~/.vlad_history`).
+        #[arg(long, value_name = "FILE")]
+        history: Option<PathBuf>,
     },
     /// Check a conformance file: every `expr ===> expected` assertion must hold.
     Check {
@@ -143,6 +154,7 @@ fn dispatch(cli: Cli) -> u8 {
             }
             check::check(&file, &include, max_steps, engine)
         }
+        Command::Repl { include, history } => repl::repl(&include, history),
         Command::Compile {
             file,
             include,
@@ -156,6 +168,15 @@ fn dispatch(cli: Cli) -> u8 {
     }
 }
 
+/// The diagnostic of a run-time error: at its span, with its message, or with what the library
+/// line it arose on says it means (`SourceMap::library_message`).
+pub(crate) fn eval_diagnostic(e: &vlad_eval::EvalError, sources: &SourceMap) -> Diagnostic {
+    let message = sources
+        .library_message(e.library)
+        .unwrap_or_else(|| e.message.clone());
+    Diagnostic::new(e.span, message)
+}
+
 pub(crate) fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
     eprint!("{}", d.render(sources));
     1
@@ -167,11 +188,11 @@ pub(crate) fn prepare(
     file: &std::path::Path,
     include: &[PathBuf],
     max_steps: Option<u64>,
-) -> Result<(SourceMap, Vec<TopExpr>, Evaluator), u8> {
+) -> Result<(SourceMap, Program, Evaluator), u8> {
     let mut sources = SourceMap::new();
     let mut arena = Arena::new();
     let forms = load(&mut sources, file, include).map_err(|d| report(&d, &sources))?;
-    let exprs = build(&mut arena, &forms).map_err(|d| report(&d, &sources))?;
+    let exprs = build_program(&mut arena, &forms).map_err(|d| report(&d, &sources))?;
     let mut ev = Evaluator::new(arena);
     ev.max_steps = max_steps;
     Ok((sources, exprs, ev))
@@ -266,24 +287,18 @@ fn run_evaluator(file: &std::path::Path, include: &[PathBuf], reason: &str) -> u
     run(file, include, None, Engine::Eval)
 }
 
+/// Runs a whole program (its run writes each top-level value), then reports the expansion
+/// error that stops it, if any.
 fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {
-    let (sources, exprs, mut ev) = match prepare(file, include, max_steps) {
+    let (sources, program, mut ev) = match prepare(file, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    for te in exprs {
-        let core = match te.core {
-            Ok(c) => c,
-            Err(d) => return report(&d, &sources),
-        };
-        match evaluate(&mut ev, core, engine, max_steps) {
-            Ok(v) => {
-                let text = ev.render(&v);
-                ev.output.line(&text);
-            }
-            Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
-        }
-    }
+    let result = evaluate(&mut ev, program.run, engine, max_steps);
     ev.output.flush();
-    0
+    match (result, program.stop) {
+        (Err(e), _) => report(&eval_diagnostic(&e, &sources), &sources),
+        (Ok(_), Some(d)) => report(&d, &sources),
+        (Ok(_), None) => 0,
+    }
 }

@@ -40,39 +40,37 @@ pub fn generate_c(
     include: &[PathBuf],
     through_expansion_error: bool,
 ) -> Result<vlad::Compiled, Failure> {
-    let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
+    let (sources, program, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
     };
-    let mut cores = Vec::new();
-    let mut final_error = None;
-    for te in &exprs {
-        match &te.core {
-            Ok(c) => cores.push(*c),
-            // The evaluator runs the expressions before this one, then reports it.
-            Err(d) if through_expansion_error => {
-                final_error = Some(d.render(&sources));
-                break;
-            }
-            Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
-        }
-    }
+    // The run of the whole program is the one entry; the expansion error that stops it, if
+    // any, is reported after it (`vlad run`) or rejects the program (`vlad compile`).
+    let final_error = match &program.stop {
+        Some(d) if through_expansion_error => Some(d.render(&sources)),
+        Some(d) => return Err(Failure::Evaluate(d.render(&sources))),
+        None => None,
+    };
+    let whole = program
+        .exprs
+        .first()
+        .map_or(vlad_core::Span::NONE, |e| e.span);
     let render = |span: vlad_core::Span| render_site(&sources, span);
     let opts = vlad::compile::Options {
         deadline: Some(std::time::Instant::now() + analysis_time_limit()),
         render: &render,
         final_error: final_error.as_deref(),
+        print_values: false,
         passes: vlad_ir::passes::Options::default(),
     };
-    vlad::compile(&mut ev, &cores, &opts).map_err(|e| {
+    vlad::compile(&mut ev, &[program.run], &opts).map_err(|e| {
         if e.in_analysis {
-            let fallback = e.expr.map_or(e.span, |i| exprs[i].span);
             let fe = vlad_flow::FlowError {
                 span: e.span,
                 message: e.message,
             };
-            let (span, message) = analysis_error(&sources, &fe, fallback);
+            let (span, message) = analysis_error(&sources, &fe, whole);
             Failure::Unsupported(format!("{}: {message}", place(span)))
         } else {
             Failure::Unsupported(format!("{}: {}", place(e.span), e.message))
@@ -127,15 +125,15 @@ pub(crate) fn analysis_time_limit() -> std::time::Duration {
     std::time::Duration::from_secs(secs)
 }
 
-/// Where and what to report for an analysis error: an error placed in built-in code (the
-/// time limit, say) is placed at `fallback`, the top-level expression whose analysis it
-/// stopped; a time-out says how to raise the limit.
+/// Where and what to report for an analysis error: an error placed in library or built-in
+/// code (the time limit, say) is placed at `fallback`, the top-level expression whose analysis
+/// it stopped; a time-out says how to raise the limit.
 pub(crate) fn analysis_error(
     sources: &SourceMap,
     e: &vlad_flow::FlowError,
     fallback: vlad_core::Span,
 ) -> (vlad_core::Span, String) {
-    let span = if sources.location(e.span).is_some() {
+    let span = if sources.location(e.span).is_some() && e.span.is_user() {
         e.span
     } else {
         fallback
@@ -152,8 +150,16 @@ pub(crate) fn analysis_error(
     (span, message)
 }
 
-/// The error site of `span`, as the evaluator's diagnostics render it.
+/// The error site of `span`, as the evaluator's diagnostics render it; for a span in the
+/// standard library, the message its line gives (`SourceMap::library_message`) as the site's
+/// prefix, with no excerpt, if it gives one (its errors are reported at the user's call site).
 fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<vlad_ir::Site> {
+    if span.is_library() {
+        return sources.library_message(span).map(|m| vlad_ir::Site {
+            prefix: m,
+            excerpt: None,
+        });
+    }
     let site = vlad_syntax::diagnostic::Site::of(span, sources)?;
     Some(vlad_ir::Site {
         prefix: site.prefix,

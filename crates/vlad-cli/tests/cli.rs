@@ -606,3 +606,249 @@ fn flow_fixtures_run_the_same_through_the_specialised_program() {
         assert_eq!(eval.stdout, ir.stdout, "{file}: {}", ir.describe());
     }
 }
+
+/// Both engines of `vlad run` on `text` (in a scratch directory, with `stdin`): they must
+/// agree; the evaluator's outcome.
+fn run_both(text: &str, stdin: &str) -> Outcome {
+    let s = Scratch::new();
+    s.file("prog.vlad", text);
+    let native = vlad(&["run", "prog.vlad"], s.path(), stdin);
+    let eval = vlad(&["run", "--interp", "prog.vlad"], s.path(), stdin);
+    assert_eq!(
+        (&native.stdout, &native.stderr, native.code),
+        (&eval.stdout, &eval.stderr, eval.code),
+        "native and evaluator differ\n--- native\n{}\n--- evaluator\n{}",
+        native.describe(),
+        eval.describe()
+    );
+    eval
+}
+
+/// A top-level value definition is evaluated once per run, in both engines: `n` reads the
+/// input once (it would read 3, then 4), the write in `m` happens once, before the first
+/// expression after it, and a value definition after the last expression is made at the end.
+#[test]
+fn value_definitions_are_evaluated_once_per_run() {
+    let o = run_both(
+        "(define n (read-real))\n\
+         (define m (write (* n 2)))\n\
+         n\n\
+         (+ n m)\n\
+         (define (f x) (+ x n))\n\
+         (f 1)\n\
+         (define late (write-real 7))\n",
+        "3 4",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "6\n3\n9\n4\n7\n");
+    // `vlad check` runs each assertion as a program of its own: the definitions before it
+    // are evaluated for it.
+    let s = Scratch::new();
+    s.file(
+        "t.vlad",
+        "(define x (write 5))\nx ===> (multiform 5 5)\n(+ x 1) ===> (multiform 5 6)\n",
+    );
+    let c = vlad(&["check", "t.vlad"], s.path(), "");
+    assert_eq!(c.code, Some(0), "{}", c.describe());
+}
+
+/// An expansion error stops the run where it stands, after what came before, in both
+/// engines; so does an expression whose definitions use a name defined only after it.
+#[test]
+fn the_run_stops_at_the_first_form_that_does_not_expand() {
+    let o = run_both("(define x (write 1))\n2\n(fo 3)\n4\n", "");
+    assert_eq!(o.code, Some(1));
+    assert_eq!(o.stdout, "1\n2\n");
+    assert!(
+        o.stderr
+            .starts_with("prog.vlad:3:2: error: unbound variable `fo`"),
+        "{}",
+        o.describe()
+    );
+    let o = run_both("1\n(define y (g 2))\n2\n(define (g x) x)\n", "");
+    assert_eq!(o.code, Some(1));
+    assert_eq!(o.stdout, "1\n");
+    assert!(
+        o.stderr
+            .contains("unbound variable `g` (it is defined later in the file)"),
+        "{}",
+        o.describe()
+    );
+}
+
+/// The standard library is found from any directory without `-I`; a program may define the
+/// library's names (`e`, `sqr`), and the library's own code keeps its own (`gradient-F`
+/// uses the library's basis vectors `e`).
+#[test]
+fn the_library_is_built_in_and_user_definitions_shadow_it() {
+    let o = run_both(
+        "(include \"ad\")\n\
+         (define e 2.718281828459045)\n\
+         (define (sqr x) (list x x))\n\
+         e\n\
+         (sqr 3)\n\
+         ((gradient-F (lambda ((list x y)) (* x (* y y)))) (list 3 4))\n",
+        "",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "2.718281828459045\n(3 3)\n(16 24)\n");
+    // Before the program's own definition an expression sees the library's; a name defined
+    // twice in one file is still an error.
+    let o = run_both(
+        "(include \"list\")\n(sqr 3)\n(define (sqr x) 0)\n(sqr 3)\n",
+        "",
+    );
+    assert_eq!(o.stdout, "9\n0\n", "{}", o.describe());
+    let o = run_both("(define (f) 1)\n(define (f) 2)\n", "");
+    assert!(
+        o.stderr.contains("`f` is defined twice"),
+        "{}",
+        o.describe()
+    );
+    // Library files are named `<lib>/NAME.vlad`; a local file of the same name comes first.
+    let s = Scratch::new();
+    s.file("list.vlad", "(define (length l) 42)\n");
+    s.file("prog.vlad", "(include \"list\")\n(length '(1 2))\n");
+    let o = vlad(&["run", "--interp", "prog.vlad"], s.path(), "");
+    assert_eq!(o.stdout, "42\n", "{}", o.describe());
+}
+
+/// A scripted session of `vlad repl`: definitions persist (procedures and values, a value
+/// evaluated once), an error does not end the session, a form may span lines, `include`
+/// loads the library, a redefinition replaces, and the history is written to its file and
+/// read back by the next session (`,history`).
+#[test]
+fn repl_session() {
+    let s = Scratch::new();
+    let hist = s.path().join("history");
+    let h = hist.to_str().expect("UTF-8 path");
+    let o = vlad(
+        &["repl", "--history", h],
+        s.path(),
+        "(define (sq x) (* x x))\n\
+         (define n (write 3))\n\
+         (sq n)\n\
+         (car 1)\n\
+         (sq\n  (+ n 1))\n\
+         (include \"ad\")\n\
+         ((derivative-F sq) n)\n\
+         (define (sq x) (+ x x))\n\
+         (sq n)\n\
+         ,time (sq 2)\n\
+         ,bogus\n\
+         n\n",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(
+        lines[..6],
+        ["3", "9", "16", "6", "6", "4"],
+        "{}",
+        o.describe()
+    );
+    assert!(
+        lines[6].starts_with("; ") && lines[6].ends_with(" ms"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(lines[7..], ["3"], "{}", o.describe());
+    assert!(
+        o.stderr
+            .contains("<repl:4>:1:2: error: unbound variable `car`"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.stderr.contains("unknown command ,bogus"),
+        "{}",
+        o.describe()
+    );
+    // The next session reads the history: a two-line entry is one entry.
+    let o = vlad(&["repl", "--history", h], s.path(), ",history\n");
+    assert!(
+        o.stdout.contains("   1  (define (sq x) (* x x))\n"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.stdout.contains("   5  (sq\n        (+ n 1))\n"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.stdout.contains("  12  n\n  13  ,history\n"),
+        "{}",
+        o.describe()
+    );
+}
+
+/// `,native EXPR` compiles the session (its includes, procedures and values) with EXPR and
+/// runs it: it prints what the evaluator prints.
+#[test]
+fn repl_native() {
+    let s = Scratch::new();
+    let hist = s.path().join("history");
+    let o = vlad(
+        &["repl", "--history", hist.to_str().expect("UTF-8 path")],
+        s.path(),
+        "(include \"ad\")\n\
+         (define xs (list 1 2 3))\n\
+         (define (f v) (dot v v))\n\
+         ((gradient-R f) xs)\n\
+         ,native ((gradient-R f) xs)\n",
+    );
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    assert_eq!(o.stdout, "(2 4 6)\n(2 4 6)\n", "{}", o.describe());
+}
+
+/// Errors in library code are reported at the program's own call, with the message the
+/// library line gives, the same in both engines; a curried operator called with its argument
+/// and point together is an error before the run.
+#[test]
+fn errors_in_library_code_name_the_callers_site() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "((gradient-F (lambda (x) (list x x))) (list 1 2))",
+            "prog.vlad:2:1: error: gradient-F: the function must return a real",
+            "^^^^^",
+        ),
+        (
+            "((gradient-R (lambda ((list x y)) (list x y))) (list 1 2))",
+            "prog.vlad:2:1: error: gradient-R: the function must return a real",
+            "^^^^^",
+        ),
+        (
+            "((derivative-F sin) (list 1 2))",
+            "prog.vlad:2:1: error: derivative-F: the point must be a real",
+            "^^^^^",
+        ),
+        (
+            "(define (g v) (v+ v (list 1 2 3)))\n(g (list 1 2))",
+            "prog.vlad:2:15: error: map2: the lists have different lengths",
+            "(define (g v) (v+ v (list 1 2 3)))",
+        ),
+        (
+            "((gradient-R (lambda ((list x y z)) (* x (* y z)))) (list 1 2))",
+            "prog.vlad:2:1: error: pattern mismatch: expected a reverse pair, got (reverse ())",
+            "^^^^^",
+        ),
+        (
+            "(derivative-F sin 1)",
+            "prog.vlad:2:1: error: `derivative-F` takes 1 argument and returns a procedure \
+             (it is curried): write ((derivative-F f) x), not (derivative-F f x); this call passes 2",
+            "^^^^^",
+        ),
+        (
+            "(gradient-R (lambda (v) (dot v v)) (list 1 2))",
+            "prog.vlad:2:1: error: `gradient-R` takes 1 argument",
+            "^^^^^",
+        ),
+    ];
+    for (body, first, excerpt) in cases {
+        let o = run_both(&format!("(include \"ad\")\n{body}\n"), "");
+        assert_eq!(o.code, Some(1), "{body}\n{}", o.describe());
+        assert!(o.stderr.starts_with(first), "{body}\n{}", o.describe());
+        assert!(o.stderr.contains(excerpt), "{body}\n{}", o.describe());
+        assert!(!o.stderr.contains("<lib>"), "{body}\n{}", o.describe());
+    }
+}

@@ -54,6 +54,8 @@ const NATIVE: &[&str] = &[
     "tests/conformance/reader.vlad",
     "tests/conformance/redefine.vlad",
     "tests/conformance/special-forms.vlad",
+    "tests/numeric/helpers.vlad",
+    "tests/numeric/optimisers.vlad",
 ];
 
 /// Not tried: `vlad run` runs this file in the evaluator, its C (73 MB) being larger than the

@@ -1,10 +1,6 @@
 //! Source positions. Resolving a span to `file:line:col` is the syntax crate's job (it owns the
 //! source map); Core only carries the numbers so that run-time errors can name their site.
 
-/// The first file id of built-in code (the AD prelude's source map numbers its files from
-/// here), far above any user file's.
-pub const BUILTIN_FILES: u32 = u32::MAX / 2;
-
 /// A byte range in one source file. `file == u32::MAX` marks code with no source (the prelude of
 /// transformed primitives, synthesized code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -14,7 +10,26 @@ pub struct Span {
     pub end: u32,
 }
 
+/// The first file id of the standard library's files (`SourceMap::add_library`): their code is
+/// *library code*, whose errors are reported at the user's call site, like those of built-in
+/// code (file ids from `BUILTIN_FILE_BASE`). User files count from 0.
+pub const LIBRARY_FILE_BASE: u32 = 1 << 30;
+
+/// The first file id of built-in code (the AD prelude).
+pub const BUILTIN_FILE_BASE: u32 = u32::MAX / 2;
+
 impl Span {
+    /// `true` for a position in one of the user's files (not the standard library, not built-in
+    /// code, not `NONE`).
+    pub fn is_user(&self) -> bool {
+        self.file < LIBRARY_FILE_BASE
+    }
+
+    /// `true` for a position in a file of the standard library.
+    pub fn is_library(&self) -> bool {
+        (LIBRARY_FILE_BASE..BUILTIN_FILE_BASE).contains(&self.file)
+    }
+
     pub const NONE: Span = Span {
         file: u32::MAX,
         start: 0,
@@ -31,11 +46,5 @@ impl Span {
 
     pub fn is_none(&self) -> bool {
         self.file == u32::MAX
-    }
-
-    /// Whether the span is in the user's program: built-in code (the AD prelude) has file ids
-    /// far above any user file's (`SourceMap::builtin` in the syntax crate), and so has no span.
-    pub fn is_user(&self) -> bool {
-        self.file < BUILTIN_FILES
     }
 }

@@ -28,6 +28,9 @@ pub use io::{Input, Output};
 pub struct EvalError {
     pub span: Span,
     pub message: String,
+    /// Where in library code the error arose, when `span` was moved to the user's call site
+    /// (a library line may say what the error means: see `vlad_syntax::library::message`).
+    pub library: Span,
 }
 
 impl EvalError {
@@ -35,6 +38,7 @@ impl EvalError {
         EvalError {
             span,
             message: message.into(),
+            library: Span::NONE,
         }
     }
 }

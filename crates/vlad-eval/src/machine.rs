@@ -70,9 +70,9 @@ pub(crate) struct State {
     clo: Rc<Closure>,
     konts: Vec<Kont>,
     /// The most recent call made from the user's program: where an error raised inside
-    /// built-in code is reported when no enclosing user call frame is left (tail calls reuse
-    /// frames).
-    site: Span,
+    /// library or built-in code is reported (tail calls reuse frames). A cell, so that the
+    /// arithmetic done in place (`simple`) records its calls too, as compiled code does.
+    site: std::cell::Cell<Span>,
 }
 
 impl Evaluator {
@@ -104,7 +104,7 @@ impl Evaluator {
             fp: 0,
             clo: caller,
             konts: Vec::new(),
-            site: Span::NONE,
+            site: std::cell::Cell::new(Span::NONE),
         };
         let mode = self.apply(&mut st, f, arg, span)?;
         self.run(&mut st, mode)
@@ -120,12 +120,17 @@ impl Evaluator {
             // Pure and cheap: arithmetic on reals and pairs of simple operands are evaluated
             // here, without continuations. Anything else (including a type error) takes the
             // general path, which re-evaluates these effect-free operands.
-            Node::Prim2 { p, a, b, .. } => match (self.simple(a, st)?, self.simple(b, st)?) {
-                (Value::Real(x), Value::Real(y)) => Some(if p.is_comparison() {
-                    Value::Bool(crate::prims::compare(p, x, y))
-                } else {
-                    Value::Real(crate::prims::arith(p, x, y))
-                }),
+            Node::Prim2 { p, a, b, span } => match (self.simple(a, st)?, self.simple(b, st)?) {
+                (Value::Real(x), Value::Real(y)) => {
+                    if is_user_span(span) {
+                        st.site.set(span);
+                    }
+                    Some(if p.is_comparison() {
+                        Value::Bool(crate::prims::compare(p, x, y))
+                    } else {
+                        Value::Real(crate::prims::arith(p, x, y))
+                    })
+                }
                 _ => None,
             },
             Node::Cons { tags, a, b } => {
@@ -161,17 +166,21 @@ impl Evaluator {
 
     fn run(&mut self, st: &mut State, mode: Mode) -> Result<Value, EvalError> {
         self.run_loop(st, mode).map_err(|mut e| {
-            // An error inside built-in code (the AD prelude) is reported at the innermost call
-            // made from the user's program.
+            // An error inside library or built-in code (the standard library, the AD prelude)
+            // is reported at the most recent call made from the user's program.
             if !is_user_span(e.span) {
                 let site = st.konts.iter().rev().find_map(|k| match k {
                     Kont::Frame { span, .. } if is_user_span(*span) => Some(*span),
                     _ => None,
                 });
-                if is_user_span(st.site) {
-                    e.span = st.site;
+                let moved_from = e.span;
+                if is_user_span(st.site.get()) {
+                    e.span = st.site.get();
                 } else if let Some(site) = site {
                     e.span = site;
+                }
+                if moved_from.is_library() && e.span != moved_from && e.library.is_none() {
+                    e.library = moved_from;
                 }
             }
             e
@@ -331,6 +340,9 @@ impl Evaluator {
         span: Span,
     ) -> Result<Mode, EvalError> {
         if let (Value::Real(a), Value::Real(b)) = (&x, &y) {
+            if is_user_span(span) {
+                st.site.set(span);
+            }
             return Ok(Mode::Ret(if p.is_comparison() {
                 Value::Bool(crate::prims::compare(p, *a, *b))
             } else {
@@ -363,7 +375,7 @@ impl Evaluator {
         span: Span,
     ) -> Result<Mode, EvalError> {
         if is_user_span(span) {
-            st.site = span;
+            st.site.set(span);
         }
         if let Value::Closure(c) = &f {
             let m = &c.group.members[c.index as usize];
@@ -413,7 +425,7 @@ impl Evaluator {
         span: Span,
     ) -> Result<Mode, EvalError> {
         if is_user_span(span) {
-            st.site = span;
+            st.site.set(span);
         }
         match f {
             Value::Closure(c) => {
@@ -524,7 +536,8 @@ pub fn pair_mismatch(tags: Tags, v: &Value, span: Span) -> EvalError {
     )
 }
 
-/// Spans of built-in code live far above any user file id (`Span::is_user`).
+/// Spans of the user's files (not of the standard library or built-in code: their errors are
+/// reported at the user's call site).
 pub fn is_user_span(s: Span) -> bool {
     s.is_user()
 }

@@ -447,17 +447,26 @@ fn a_call_that_sets_globals_is_never_marked() {
             guard: None,
         },
     ));
-    b.push(Stmt::Return(vec![]));
+    // Then a tail call that passes on nothing allocated here: no release before it either.
+    b.push(Stmt::TailCall {
+        func: FuncId(3),
+        args: vec![],
+    });
     let main = b.finish(spec(2), vec![], layout(&[]));
-    let mut p = program(vec![boxer(), init, main]);
+    let mut b = Builder::new();
+    b.push(Stmt::Return(vec![]));
+    let last = b.finish(spec(3), vec![], layout(&[]));
+    let mut p = program(vec![boxer(), init, main, last]);
     p.globals.push(Global {
         name: "vl_k0".into(),
         ty: Ty::Boxed,
     });
     passes::marks::run(&mut p);
+    passes::carry::run(&mut p);
     verify(&p).unwrap();
     let text = crate::print::function(&p, FuncId(2));
     // The global outlives the call: no mark around it (and none around the call of f0, whose
-    // result is a pointer).
+    // result is a pointer), and no release before the tail call.
     assert!(!text.contains("mark"), "{text}");
+    assert!(!text.contains("release"), "{text}");
 }

@@ -94,7 +94,8 @@ struct Return {
 }
 
 /// The error site of a source span (its position, source line and caret); `None` for no
-/// position.
+/// position. For a span in library code: the message its errors are reported with, as the
+/// prefix (no excerpt), if its line gives one.
 pub type SiteRenderer<'r> = &'r dyn Fn(Span) -> Option<Site>;
 
 struct Lowerer<'g, 'a> {
@@ -137,12 +138,15 @@ struct Lowerer<'g, 'a> {
 /// Lowers the specialised `prog` of `an` to the IR; `render` gives the position text of error
 /// sites. `final_error`, if any, is a rendered diagnostic the program reports after its
 /// top-level expressions, exiting with status 1 (the expansion error of the top-level form that
-/// follows them, which the evaluator reports when it gets there).
+/// follows them, which the evaluator reports when it gets there). With `print_values`, the
+/// value of each entry is printed on a line of its own; without, the entries print only what
+/// they write (a whole program's run writes its expressions' values itself).
 pub fn lower(
     an: &mut Analysis<'_>,
     prog: &Program,
     render: SiteRenderer<'_>,
     final_error: Option<&str>,
+    print_values: bool,
 ) -> R<vlad_ir::Program> {
     let boxed = an.boxed_snapshot();
     let keys: Vec<usize> = (0..prog.funs.len())
@@ -199,7 +203,7 @@ pub fn lower(
     });
     for &k in &prog.entries {
         let v = g.call_fun(k, Vec::new(), Vec::new())?;
-        if v.av == Av::Bottom {
+        if v.av == Av::Bottom || !print_values {
             continue;
         }
         if let Some(text) = layout::known_text(&v.av) {
@@ -273,7 +277,7 @@ impl Lowerer<'_, '_> {
     /// an AD primitive's version) is reported at a call in the user's program that leads to
     /// the function being lowered, as the evaluator reports errors in built-in code.
     fn placed(&self, u: Unsupported) -> Unsupported {
-        if (self.render)(u.span).is_some() || self.key == usize::MAX {
+        if u.span.is_user() || self.key == usize::MAX {
             return u;
         }
         Unsupported {
@@ -300,7 +304,7 @@ impl Lowerer<'_, '_> {
             sites.sort();
             for (caller, e) in sites {
                 if let Expr::App(_, _, span) = self.an.arena.get(e) {
-                    if (self.render)(*span).is_some() {
+                    if span.is_user() && (self.render)(*span).is_some() {
                         return Some(*span);
                     }
                 }
@@ -319,22 +323,31 @@ impl Lowerer<'_, '_> {
         })
     }
 
-    /// The number of the error site of `span` in the site table (-1: the last user call site,
-    /// for errors inside built-in code).
+    /// The number of the error site of `span` in the site table: -1 for errors inside library
+    /// or built-in code (reported at the last user call site); `-2 - i` for a library line
+    /// that says what its errors mean (entry `i`, whose prefix is that message: reported with
+    /// it at the last user call site).
     fn site(&mut self, span: Span) -> i64 {
-        if !span.is_user() {
+        if !span.is_user() && !span.is_library() {
             return -1;
         }
+        let code = |i: usize| {
+            if span.is_library() {
+                -2 - i as i64
+            } else {
+                i as i64
+            }
+        };
         if let Some(i) = self.site_ids.get(&span) {
-            return *i as i64;
+            return code(*i);
         }
         let Some(site) = (self.render)(span) else {
-            return 0;
+            return if span.is_library() { -1 } else { 0 };
         };
         let i = self.out.sites.len();
         self.out.sites.push(site);
         self.site_ids.insert(span, i);
-        i as i64
+        code(i)
     }
 
     /// A variable defined by `op`.

@@ -3,6 +3,7 @@
 //! turn into links) followed by the source line and a caret under the offending text.
 
 use std::fmt::Write as _;
+use vlad_core::span::{BUILTIN_FILE_BASE, LIBRARY_FILE_BASE};
 use vlad_core::Span;
 
 /// One loaded source file.
@@ -12,6 +13,18 @@ pub struct SourceFile {
     line_starts: Vec<usize>,
 }
 
+impl SourceFile {
+    fn new(path: String, text: String) -> SourceFile {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        SourceFile {
+            path,
+            text,
+            line_starts,
+        }
+    }
+}
+
 /// All source files of a program, indexed by the `file` field of a [`Span`].
 #[derive(Default)]
 pub struct SourceMap {
@@ -19,6 +32,9 @@ pub struct SourceMap {
     /// The file id of `files[0]`: built-in code is read into a map with a base far from 0, so its
     /// spans can never be mistaken for positions in a user's files.
     base: u32,
+    /// The standard library's files, ids from `LIBRARY_FILE_BASE`: their spans say that they
+    /// are library code (`Span::is_library`).
+    library: Vec<SourceFile>,
 }
 
 impl SourceMap {
@@ -30,35 +46,46 @@ impl SourceMap {
     pub fn builtin() -> SourceMap {
         SourceMap {
             files: Vec::new(),
-            base: vlad_core::span::BUILTIN_FILES,
+            base: BUILTIN_FILE_BASE,
+            library: Vec::new(),
         }
     }
 
     /// Adds a file and returns its index.
     pub fn add(&mut self, path: impl Into<String>, text: impl Into<String>) -> u32 {
-        let text = text.into();
-        let mut line_starts = vec![0];
-        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        self.files.push(SourceFile {
-            path: path.into(),
-            text,
-            line_starts,
-        });
+        self.files.push(SourceFile::new(path.into(), text.into()));
         self.base + (self.files.len() - 1) as u32
     }
 
-    /// The files, in the order they were added.
+    /// Adds a file of the standard library and returns its index (library code: see
+    /// `Span::is_library`).
+    pub fn add_library(&mut self, path: impl Into<String>, text: impl Into<String>) -> u32 {
+        self.library.push(SourceFile::new(path.into(), text.into()));
+        LIBRARY_FILE_BASE + (self.library.len() - 1) as u32
+    }
+
+    /// The files, in the order they were added (the user's, then the library's).
     pub fn files(&self) -> impl Iterator<Item = &SourceFile> {
-        self.files.iter()
+        self.files.iter().chain(self.library.iter())
     }
 
     /// `true` if a file with this path was already added.
     pub fn contains_path(&self, path: &str) -> bool {
-        self.files.iter().any(|f| f.path == path)
+        self.files().any(|f| f.path == path)
     }
 
     pub fn file(&self, id: u32) -> Option<&SourceFile> {
-        self.files.get(id.checked_sub(self.base)? as usize)
+        if let Some(f) = id
+            .checked_sub(self.base)
+            .and_then(|i| self.files.get(i as usize))
+        {
+            return Some(f);
+        }
+        if self.base == BUILTIN_FILE_BASE {
+            return None;
+        }
+        self.library
+            .get(id.checked_sub(LIBRARY_FILE_BASE)? as usize)
     }
 
     /// `(path, line, column)` of the start of `span`, 1-based, column in characters.
@@ -74,6 +101,19 @@ impl SourceMap {
             .unwrap_or(0)
             + 1;
         Some((&f.path, line + 1, col))
+    }
+
+    /// What an error raised at `span` in the standard library means, if its line says so in a
+    /// comment `; error: MESSAGE` (the library's checks of its arguments). The error is then
+    /// reported, at the user's call site, with that message.
+    pub fn library_message(&self, span: Span) -> Option<String> {
+        if !span.is_library() {
+            return None;
+        }
+        let (_, line, _) = self.location(span)?;
+        let text = self.line_text(span.file, line);
+        let (_, message) = text.split_once("; error: ")?;
+        Some(message.trim().to_string())
     }
 
     /// The text of one line (1-based), without its newline.

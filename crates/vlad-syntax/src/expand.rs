@@ -28,6 +28,11 @@ pub struct Expander<'a> {
     locals: Vec<(String, Var)>,
     /// Resolve the names of internal primitives too (only for vlad's built-in prelude).
     pub internal: bool,
+    /// Top-level procedures defined with a curried header, `(define ((f a) b) ...)`: how many
+    /// arguments their first application takes. Calling one with another number of arguments,
+    /// `(gradient-R f x)` for `((gradient-R f) x)`, is an error found here: it would bind the
+    /// first parameter to a pair and silently return a procedure.
+    pub curried: HashMap<Var, usize>,
 }
 
 fn err<T>(span: Span, msg: impl Into<String>) -> R<T> {
@@ -70,6 +75,7 @@ impl<'a> Expander<'a> {
             global_refs: HashMap::new(),
             locals: Vec::new(),
             internal: false,
+            curried: HashMap::new(),
         }
     }
 
@@ -130,6 +136,26 @@ impl<'a> Expander<'a> {
                     }
                 }
                 let f = self.expr(&items[0])?;
+                if let Expr::Var(v) = self.arena.get(f) {
+                    if let Some(&n) = self.curried.get(v) {
+                        let given = items.len() - 1;
+                        if given != n {
+                            let name = items[0].symbol().unwrap_or("this procedure");
+                            let takes = if n == 1 {
+                                "1 argument".to_string()
+                            } else {
+                                format!("{n} arguments")
+                            };
+                            return err(
+                                s.span,
+                                format!(
+                                    "`{name}` takes {takes} and returns a procedure (it is curried): \
+                                     write (({name} f) x), not ({name} f x); this call passes {given}"
+                                ),
+                            );
+                        }
+                    }
+                }
                 let arg = self.args(&items[1..])?;
                 Ok(self.mk(Expr::App(f, arg, s.span)))
             }

@@ -7,6 +7,7 @@
 
 pub mod diagnostic;
 pub mod expand;
+pub mod library;
 pub mod number;
 pub mod program;
 pub mod reader;

@@ -40,6 +40,9 @@ pub struct Options<'r> {
     /// A rendered diagnostic the program reports after its expressions (the expansion error
     /// of the top-level form after them), exiting with status 1.
     pub final_error: Option<&'r str>,
+    /// Print each expression's value on a line of its own (off for a whole program's run,
+    /// which writes its expressions' values itself).
+    pub print_values: bool,
     /// The IR passes' options (the verifier between passes, ...).
     pub passes: vlad_ir::passes::Options,
 }
@@ -74,13 +77,19 @@ pub fn compile(
     let program = analysis
         .specialise(&entries)
         .map_err(|e| analysis_error(e, None))?;
-    let mut ir = vlad_lower::lower(&mut analysis, &program, opts.render, opts.final_error)
-        .map_err(|u| CompileError {
-            span: u.span,
-            message: u.reason,
-            in_analysis: false,
-            expr: None,
-        })?;
+    let mut ir = vlad_lower::lower(
+        &mut analysis,
+        &program,
+        opts.render,
+        opts.final_error,
+        opts.print_values,
+    )
+    .map_err(|u| CompileError {
+        span: u.span,
+        message: u.reason,
+        in_analysis: false,
+        expr: None,
+    })?;
     let internal = |message: String| CompileError {
         span: Span::NONE,
         message: format!("internal error: {message}"),

@@ -72,6 +72,9 @@ impl<'a> Executor<'a> {
         self.ev.output.flush();
         r.map_err(|mut e| {
             if !is_user_span(e.span) && is_user_span(self.site) {
+                if e.span.is_library() && e.library.is_none() {
+                    e.library = e.span;
+                }
                 e.span = self.site;
             }
             e

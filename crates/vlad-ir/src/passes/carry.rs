@@ -2,7 +2,7 @@
 //!
 //! **Releases before tail calls.** A tail call passes on nothing that the current call of the
 //! function allocated when every pointer argument is one of the function's own parameters
-//! (allocated before it was entered). Its result is the callee's, so everything allocated since
+//! (allocated before it was entered), and the function stores nothing in a global. Its result is the callee's, so everything allocated since
 //! the function was entered is garbage: the function takes a mark on entry and releases it
 //! before such a call. A tail-recursive loop that builds arrays at each step and carries only
 //! reals then runs in constant memory.
@@ -24,6 +24,9 @@ use crate::ir::*;
 
 pub fn run(p: &mut Program) {
     let alloc = super::marks::allocating(p);
+    // What a global holds must outlive the function that stored it (the constants'
+    // initialisation, and the entry point that calls it): no release there.
+    let globals = super::marks::setting_globals(p);
     let params: Vec<Vec<Ty>> = p
         .funcs
         .iter()
@@ -31,7 +34,7 @@ pub fn run(p: &mut Program) {
         .collect();
     for id in p.ids() {
         let f = p.func_mut(id);
-        if alloc.contains(&id) {
+        if alloc.contains(&id) && !globals.contains(&id) {
             release_before_tail_calls(f, id, &params);
         }
         let mut vars = std::mem::take(&mut f.vars);
