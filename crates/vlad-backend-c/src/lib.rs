@@ -9,7 +9,7 @@ mod abi;
 mod emit;
 mod units;
 
-pub use emit::{c_string, emit, real_literal, EmitError};
+pub use emit::{c_string, emit, header, real_literal, EmitError, HeaderEntry};
 pub use units::{CFunction, CProgram};
 
 /// The C runtime every generated program includes.

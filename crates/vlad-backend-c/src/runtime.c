@@ -9,6 +9,28 @@
 #include <unistd.h>
 #include <sys/mman.h>
 
+#ifdef VL_LIBRARY
+#include <setjmp.h>
+/* A shared library (`vlad compile --lib`) has no main: its entry points (vlad_NAME) catch a
+   run-time error here, and the caller reads its message with vlad_error(). */
+static jmp_buf *vl_lib_jmp;
+static char *vl_lib_error;
+#endif
+/* Ends the program with this text on stderr and this status; in a library, returns from the
+   entry point being run instead, the text kept for vlad_error(). */
+static void vl_die(const char *text, int code) {
+  fflush(stdout);
+#ifdef VL_LIBRARY
+  if (vl_lib_jmp) {
+    free(vl_lib_error);
+    vl_lib_error = strdup(text);
+    longjmp(*vl_lib_jmp, code ? code : 1);
+  }
+#endif
+  fputs(text, stderr);
+  exit(code);
+}
+
 typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
 /* The AD tags (VL_FORWARD ...), the kinds of objects (VL_NIL ...) and of the AD maps of boxed
@@ -47,7 +69,7 @@ static void vl_alloc_slow(size_t n) {
     vl_capchunks = vl_capchunks ? 2 * vl_capchunks : 64;
     vl_chunks = realloc(vl_chunks, vl_capchunks * sizeof *vl_chunks);
   }
-  if (!c || !vl_chunks) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  if (!c || !vl_chunks) vl_die("vlad: out of memory\n", 70);
   vl_chunks[vl_nchunks].base = c;
   vl_chunks[vl_nchunks].size = size;
   vl_cur = ++vl_nchunks;
@@ -126,7 +148,7 @@ static void vl_release_carrying(vl_mark_t m, V *xs, int n) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += vl_flat_bytes(xs[i]);
   char *stage = malloc(total ? total : 1), *p = stage;
-  if (!stage) { fputs("vlad: out of memory\n", stderr); exit(70); }
+  if (!stage) vl_die("vlad: out of memory\n", 70);
   for (int i = 0; i < n; i++) {
     size_t size = vl_flat_bytes(xs[i]);
     memcpy(p, xs[i], size);
@@ -194,7 +216,7 @@ static void vl_put(vl_buf *b, const char *s) {
   if (b->n + k + 1 > b->cap) {
     b->cap = (b->n + k + 1) * 2;
     b->p = realloc(b->p, b->cap);
-    if (!b->p) { fputs("vlad: out of memory\n", stderr); exit(70); }
+    if (!b->p) vl_die("vlad: out of memory\n", 70);
   }
   memcpy(b->p + b->n, s, k + 1);
   b->n += k;
@@ -364,9 +386,10 @@ static void vl_describe(vl_buf *b, V v) {
     vl_put(b, n);
     return;
   }
+  case VL_FLAT: /* only a library's argument made by vlad_array_f64 reaches here */
   case VL_ARRAY: case VL_FLATREF: {
     char n[64];
-    if (v->aux) snprintf(n, sizeof n, "a %s array of length %ld", vl_tag_names[v->aux & 3], v->s[0].b);
+    if (v->aux && v->kind != VL_FLAT) snprintf(n, sizeof n, "a %s array of length %ld", vl_tag_names[v->aux & 3], v->s[0].b);
     else snprintf(n, sizeof n, "an array of length %ld", v->s[0].b);
     vl_put(b, n);
     return;
@@ -393,18 +416,29 @@ static void vl_describe(vl_buf *b, V v) {
 typedef struct { const char *prefix; int line, text, col, width; } vl_site_t;
 static const vl_site_t vl_sites[];
 static const char *vl_lines[];
-static void vl_print_excerpt(const vl_site_t *s) {
-  if (s->line < 0) return;
-  int gutter = snprintf(0, 0, "%d", s->line);
-  fprintf(stderr, "%*s |\n%d | %s\n%*s | ", gutter, "", s->line, vl_lines[s->text], gutter, "");
-  for (int i = 1; i < s->col; i++) fputc(' ', stderr);
-  for (int i = 0; i < s->width; i++) fputc('^', stderr);
-  fputc('\n', stderr);
-}
+
 VL_SHARED int vl_site; /* the most recent call site in the user's program */
 
+/* The excerpt of an error site, as the evaluator's diagnostics write it: the source line with
+   its number, and a caret line under the span. */
+static void vl_excerpt(vl_buf *b, const vl_site_t *s) {
+  if (s->line < 0) return;
+  char num[32];
+  snprintf(num, sizeof num, "%d", s->line);
+  size_t gutter = strlen(num);
+  for (size_t i = 0; i < gutter; i++) vl_put(b, " ");
+  vl_put(b, " |\n");
+  vl_put(b, num);
+  vl_put(b, " | ");
+  vl_put(b, vl_lines[s->text]);
+  vl_put(b, "\n");
+  for (size_t i = 0; i < gutter; i++) vl_put(b, " ");
+  vl_put(b, " | ");
+  for (int i = 1; i < s->col; i++) vl_put(b, " ");
+  for (int i = 0; i < s->width; i++) vl_put(b, "^");
+  vl_put(b, "\n");
+}
 static void vl_fail_at(int site, const char *message) {
-  fflush(stdout);
   /* An error at a library line that says what its errors mean (site -2 - i: entry i's prefix
      is that message): reported with it, at the user's call site. */
   if (site < -1) {
@@ -412,20 +446,23 @@ static void vl_fail_at(int site, const char *message) {
     site = -1;
   }
   if (site < 0) site = vl_site;
-  fprintf(stderr, "%s%s\n", vl_sites[site].prefix, message);
-  vl_print_excerpt(&vl_sites[site]);
-  exit(1);
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, vl_sites[site].prefix);
+  vl_put(&b, message);
+  vl_put(&b, "\n");
+  vl_excerpt(&b, &vl_sites[site]);
+  vl_die(b.p, 1);
 }
 /* A diagnostic rendered at compile time (an expansion error of a later top-level form). */
 static void vl_exit_diagnostic(const char *d) {
-  fflush(stdout);
-  fputs(d, stderr);
-  exit(1);
+  vl_die(d, 1);
 }
 static void vl_fail_internal(const char *m) {
-  fflush(stdout);
-  fprintf(stderr, "vlad: internal error in compiled code: %s\n", m);
-  exit(70);
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, "vlad: internal error in compiled code: ");
+  vl_put(&b, m);
+  vl_put(&b, "\n");
+  vl_die(b.p, 70);
 }
 /* An AD map (by kind) met a boxed closure of a code it was not compiled for. */
 static void vl_fail_no_map(long kind, V v) {
@@ -470,10 +507,8 @@ static void vl_xs_grow(size_t n) {
     }
   }
   if (!vl_xs_top || (size_t)(vl_xs_end - vl_xs_top) < n) {
-    fflush(stdout);
-    fprintf(stderr, "vlad: error: the compiled program ran out of memory for the frames of its "
-                    "recursion\n");
-    exit(1);
+    vl_die("vlad: error: the compiled program ran out of memory for the frames of its "
+           "recursion\n", 1);
   }
 }
 static inline void *vl_push(size_t n) {
@@ -567,6 +602,61 @@ static double vl_index_real(int site, V i) {
 static V vl_boxed_get_v(int site, V a, V i) {
   a = vl_get_array(site, a);
   return vl_elem(a, vl_index(site, vl_index_real(site, i), a->s[0].b));
+}
+/* An exported procedure's argument, checked to be a flat array of elements of k slots (made
+   by vlad_array_f64, k = 1). */
+/* The arguments of an exported entry point `name` (vlad compile --lib): the caller's mistakes
+   are reported without a position in the program. */
+static void vl_arg_fail(vl_buf *b) {
+  vl_buf m = {0, 0, 0};
+  vl_put(&m, "vlad: error: ");
+  vl_put(&m, b->p);
+  vl_put(&m, "\n");
+  vl_die(m.p, 1);
+}
+static void vl_arg_null(V v, const char *name) {
+  if (v) return;
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, name); vl_put(&b, ": a null vlad_value (the result of a call that failed?)");
+  vl_arg_fail(&b);
+}
+static double vl_arg_real(V v, const char *name) {
+  vl_arg_null(v, name);
+  if (v->kind == VL_REAL) return v->s[0].d;
+  vl_buf b = {0, 0, 0};
+  vl_put(&b, name); vl_put(&b, ": expected a real, got ");
+  vl_describe(&b, v);
+  vl_arg_fail(&b);
+  return 0;
+}
+/* An argument that is an array of reals (depth 1) or of such arrays (depth d: of arrays of
+   depth d - 1), as the flat array of that layout: one made by vlad_array_f64 as it is, a boxed
+   one (vlad_array, or an array a call returned) converted, its elements checked. */
+/* An array of reals vlad_array_f64 made, boxed (as every element of a boxed array is). */
+static V vl_arg_boxed(V x) {
+  if (!x || x->kind != VL_FLAT) return x;
+  V e = vl_boxed_array(x->s[0].b, 0);
+  for (long j = 0; j < x->s[0].b; j++) e->s[1 + j].v = vl_real(x->s[1 + j].d);
+  return e;
+}
+static V vl_as_flat(V v, long depth, const char *name) {
+  vl_arg_null(v, name);
+  if (depth == 1 && v->kind == VL_FLAT && v->aux == 1) return v;
+  v = vl_dense(vl_arg_boxed(v));
+  if (v->kind != VL_ARRAY && v->kind != VL_FLATREF) {
+    vl_buf b = {0, 0, 0};
+    vl_put(&b, name); vl_put(&b, ": expected an array, got ");
+    vl_describe(&b, v);
+    vl_arg_fail(&b);
+  }
+  long n = v->s[0].b;
+  V a = vl_flat(n, 1);
+  for (long i = 0; i < n; i++) {
+    V x = vl_elem(v, i);
+    if (depth == 1) a->s[1 + i].d = vl_arg_real(x, name);
+    else a->s[1 + i].v = vl_as_flat(x, depth - 1, name);
+  }
+  return a;
 }
 static double vl_boxed_length(int site, V a) {
   if (a->kind != VL_ARRAY && a->kind != VL_SENS && a->kind != VL_FLATREF) vl_not_array(site, "array-length", a);
@@ -943,7 +1033,7 @@ static void vl_vec_push(vl_vec *v, V x) {
   if (v->n == v->cap) {
     v->cap = v->cap ? 2 * v->cap : 64;
     v->p = realloc(v->p, v->cap * sizeof *v->p);
-    if (!v->p) { fputs("vlad: out of memory\n", stderr); exit(70); }
+    if (!v->p) vl_die("vlad: out of memory\n", 70);
   }
   v->p[v->n++] = x;
 }
@@ -1046,6 +1136,121 @@ static double vl_read_real(int site) {
    used. Below it is a guard region; a fault there is reported as what it is, instead of a
    bare segmentation fault. VLAD_STACK_BYTES sets the size (for tests). */
 #ifndef VL_SECONDARY
+/* The C stack depth beyond which deep recursion goes to the explicit stack: 1 MiB, or half the
+   stack if that is less; VLAD_NATIVE_DEPTH_BYTES sets it as it is (0: every call of a deep
+   component runs in its machine, as the tests run them all once; more than the stack: none
+   does, and a deep recursion runs out of stack). */
+static void vl_set_native_floor(size_t stack) {
+#if defined(__GNUC__)
+  size_t budget = (size_t)1 << 20;
+  if (budget > stack / 2) budget = stack / 2;
+  const char *want = getenv("VLAD_NATIVE_DEPTH_BYTES");
+  if (want) budget = atol(want) < 0 ? (size_t)-1 : (size_t)atol(want);
+  char *here = (char *)__builtin_frame_address(0);
+  vl_native_floor = budget >= (size_t)here ? 0 : here - budget;
+#else
+  (void)stack;
+#endif
+}
+#ifdef VL_LIBRARY
+/* ---- the library's interface (vlad compile --lib; the header it writes documents it). */
+#define VL_EXPORT __attribute__((visibility("default")))
+typedef V vlad_value;
+static void vl_init_constants(void);
+static vl_mark_t vl_lib_base;
+static int vl_lib_ready;
+/* Builds the program's constants once; 0, or -1 (vlad_error() says why). */
+VL_EXPORT int vlad_init(void) {
+  if (vl_lib_ready) return 0;
+  jmp_buf here;
+  jmp_buf *outer = vl_lib_jmp;
+  vl_lib_jmp = &here;
+  if (setjmp(here)) {
+    vl_lib_jmp = outer;
+    return -1;
+  }
+  vl_init_constants();
+  vl_lib_base = vl_mark();
+  vl_lib_ready = 1;
+  vl_lib_jmp = outer;
+  return 0;
+}
+/* Frees every value made since vlad_init (the values the calls returned included). */
+VL_EXPORT void vlad_reset(void) {
+  if (vl_lib_ready) vl_release(vl_lib_base);
+}
+/* The message of the last error (a call that returned 0), or 0. */
+VL_EXPORT const char *vlad_error(void) { return vl_lib_error; }
+/* The arguments' constructors build the constants first, so that vlad_reset frees the
+   arguments too. Out of memory here (outside an entry point) ends the process with the
+   message. */
+VL_EXPORT vlad_value vlad_real(double x) {
+  vlad_init();
+  return vl_real(x);
+}
+/* An array of n reals (copied). */
+VL_EXPORT vlad_value vlad_array_f64(const double *xs, long n) {
+  vlad_init();
+  V a = vl_flat(n, 1);
+  for (long i = 0; i < n; i++) a->s[1 + i].d = xs[i];
+  return a;
+}
+/* An array of n values (arrays, for an argument that is an array of arrays). */
+VL_EXPORT vlad_value vlad_array(const vlad_value *xs, long n) {
+  vlad_init();
+  V a = vl_boxed_array(n, 0);
+  for (long i = 0; i < n; i++) {
+    a->s[1 + i].v = vl_arg_boxed(xs[i]);
+  }
+  return a;
+}
+enum { VLAD_NIL, VLAD_BOOLEAN, VLAD_REAL, VLAD_PAIR, VLAD_ARRAY, VLAD_OTHER };
+/* What a value the library returned is. */
+VL_EXPORT int vlad_kind(vlad_value v) {
+  v = vl_dense(v);
+  switch (v->kind) {
+  case VL_NIL: return VLAD_NIL;
+  case VL_BOOL: return VLAD_BOOLEAN;
+  case VL_REAL: return VLAD_REAL;
+  case VL_PAIR: return v->aux ? VLAD_OTHER : VLAD_PAIR;
+  case VL_ARRAY: case VL_FLATREF: return v->aux ? VLAD_OTHER : VLAD_ARRAY;
+  case VL_FLAT: return VLAD_ARRAY; /* an argument made by vlad_array_f64 */
+  default: return VLAD_OTHER;
+  }
+}
+/* The parts of a value; 0 (or 0.0, or -1 for a length) where it is not of that kind. */
+VL_EXPORT double vlad_real_of(vlad_value v) { return v->kind == VL_REAL ? v->s[0].d : 0.0; }
+VL_EXPORT int vlad_boolean_of(vlad_value v) { return v->kind == VL_BOOL && v->s[0].b; }
+VL_EXPORT vlad_value vlad_car(vlad_value v) { return vlad_kind(v) == VLAD_PAIR ? v->s[0].v : 0; }
+VL_EXPORT vlad_value vlad_cdr(vlad_value v) { return vlad_kind(v) == VLAD_PAIR ? v->s[1].v : 0; }
+VL_EXPORT long vlad_length(vlad_value v) {
+  return vlad_kind(v) == VLAD_ARRAY ? vl_dense(v)->s[0].b : -1;
+}
+VL_EXPORT vlad_value vlad_at(vlad_value v, long i) {
+  if (i < 0 || i >= vlad_length(v)) return 0;
+  if (v->kind == VL_FLAT) return vl_real(v->s[1 + i].d); /* made by vlad_array_f64 */
+  return vl_elem(vl_dense(v), i);
+}
+/* An entry point's frame: a run-time error returns to it, and the native stack budget is
+   measured from it (the library may be called from any thread, at any depth). */
+#define VL_LIB_CALL(RESULT, CALL)                                                   \
+  do {                                                                              \
+    if (vlad_init() != 0) return 0;                                                 \
+    jmp_buf here_;                                                                  \
+    jmp_buf *outer_ = vl_lib_jmp;                                                   \
+    char *floor_ = vl_native_floor;                                                 \
+    vl_lib_jmp = &here_;                                                            \
+    vl_set_native_floor((size_t)1 << 20);                                           \
+    if (setjmp(here_)) {                                                            \
+      vl_lib_jmp = outer_;                                                          \
+      vl_native_floor = floor_;                                                     \
+      return 0;                                                                     \
+    }                                                                               \
+    RESULT = CALL;                                                                  \
+    vl_lib_jmp = outer_;                                                            \
+    vl_native_floor = floor_;                                                       \
+  } while (0)
+#else
 static void vl_program(void);
 static char *vl_stack_lo;
 #define VL_STACK_GUARD ((size_t)1 << 16)
@@ -1064,22 +1269,6 @@ static void vl_on_fault(int sig, siginfo_t *si, void *ctx) {
   raise(sig);
 }
 static size_t vl_stack_size;
-/* The C stack depth beyond which deep recursion goes to the explicit stack: 1 MiB, or half the
-   stack if that is less; VLAD_NATIVE_DEPTH_BYTES sets it as it is (0: every call of a deep
-   component runs in its machine, as the tests run them all once; more than the stack: none
-   does, and a deep recursion runs out of stack). */
-static void vl_set_native_floor(size_t stack) {
-#if defined(__GNUC__)
-  size_t budget = (size_t)1 << 20;
-  if (budget > stack / 2) budget = stack / 2;
-  const char *want = getenv("VLAD_NATIVE_DEPTH_BYTES");
-  if (want) budget = atol(want) < 0 ? (size_t)-1 : (size_t)atol(want);
-  char *here = (char *)__builtin_frame_address(0);
-  vl_native_floor = budget >= (size_t)here ? 0 : here - budget;
-#else
-  (void)stack;
-#endif
-}
 static void *vl_thread(void *arg) {
   (void)arg;
   /* The handler runs on a stack of its own: the thread's is full when it is called. */
@@ -1138,4 +1327,5 @@ int main(void) {
   }
   return 0;
 }
+#endif /* VL_LIBRARY */
 #endif

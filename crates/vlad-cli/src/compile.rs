@@ -132,6 +132,62 @@ fn compile_c(
     }
 }
 
+/// `vlad compile FILE --lib NAME --export SIGNATURE ...`: the shared library `libNAME.so` and
+/// its header `NAME.h`; with `--emit c`, the library's C (to standard output).
+pub fn library(
+    file: &Path,
+    include: &[PathBuf],
+    name: &Path,
+    exports: &[String],
+    emit: Option<Emit>,
+    output: Option<PathBuf>,
+    opts: crate::native::CcOptions,
+) -> u8 {
+    if output.is_some() || matches!(emit, Some(Emit::Flow | Emit::Ir)) {
+        eprintln!("vlad: --lib NAME writes libNAME.so and NAME.h (no -o); --emit c prints its C");
+        return 2;
+    }
+    let mut sigs = Vec::new();
+    for e in exports {
+        match e.parse::<vlad::export::Signature>() {
+            Ok(s) => sigs.push(s),
+            Err(e) => {
+                eprintln!("vlad: error: {e}");
+                return 2;
+            }
+        }
+    }
+    let Some(stem) = name.file_name().and_then(|s| s.to_str()) else {
+        eprintln!("vlad: error: --lib {}: not a name", name.display());
+        return 2;
+    };
+    let deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
+    let c = match vlad::export::library_c(file, include, &sigs, deadline) {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            return 1;
+        }
+    };
+    if matches!(emit, Some(Emit::C)) {
+        write_out(&c.c);
+        return 0;
+    }
+    let so = name.with_file_name(format!("lib{stem}.so"));
+    let header = name.with_file_name(format!("{stem}.h"));
+    let written = vlad::cc::compile_shared(&c.c, &so, opts.native).and_then(|()| {
+        std::fs::write(&header, &c.header)
+            .map_err(|e| format!("cannot write {}: {e}", header.display()))
+    });
+    match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("vlad: {e}");
+            1
+        }
+    }
+}
+
 /// Writes to standard output; a closed pipe (`vlad compile ... | head`) is not an error.
 fn write_out(text: &str) {
     use std::io::Write;

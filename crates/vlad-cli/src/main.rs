@@ -66,6 +66,14 @@ enum Command {
         /// Compile for any CPU of this architecture (no `-march=native`).
         #[arg(long)]
         portable: bool,
+        /// Write a shared library `libNAME.so` and its C header `NAME.h` (NAME may have a
+        /// directory) of the procedures `--export` names, instead of a program.
+        #[arg(long, value_name = "NAME", requires = "export")]
+        lib: Option<PathBuf>,
+        /// A procedure of the library and the shapes of its arguments: `name(real, array)`,
+        /// a shape being `real`, `array` (of reals) or `array(SHAPE)`. Repeatable.
+        #[arg(long = "export", value_name = "SIGNATURE", requires = "lib")]
+        export: Vec<String>,
     },
     /// Read-eval-print loop: definitions persist, errors do not end the session; `,help`
     /// lists the commands (`,time EXPR`, `,native EXPR`, `,history`).
@@ -161,8 +169,13 @@ fn dispatch(cli: Cli) -> u8 {
             emit,
             output,
             portable,
+            lib,
+            export,
         } => {
             let opts = native::CcOptions { native: !portable };
+            if let Some(lib) = lib {
+                return compile::library(&file, &include, &lib, &export, emit, output, opts);
+            }
             compile::compile(&file, &include, emit, output.as_deref(), opts)
         }
     }

@@ -56,7 +56,7 @@ pub fn generate_c(
         .exprs
         .first()
         .map_or(vlad_core::Span::NONE, |e| e.span);
-    let render = |span: vlad_core::Span| render_site(&sources, span);
+    let render = |span: vlad_core::Span| vlad::compile::render_site(&sources, span);
     let opts = vlad::compile::Options {
         deadline: Some(std::time::Instant::now() + analysis_time_limit()),
         render: &render,
@@ -150,79 +150,6 @@ pub(crate) fn analysis_error(
     (span, message)
 }
 
-/// The error site of `span`, as the evaluator's diagnostics render it; for a span in the
-/// standard library, the message its line gives (`SourceMap::library_message`) as the site's
-/// prefix, with no excerpt, if it gives one (its errors are reported at the user's call site).
-fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<vlad_ir::Site> {
-    if span.is_library() {
-        return sources.library_message(span).map(|m| vlad_ir::Site {
-            prefix: m,
-            excerpt: None,
-        });
-    }
-    let site = vlad_syntax::diagnostic::Site::of(span, sources)?;
-    Some(vlad_ir::Site {
-        prefix: site.prefix,
-        excerpt: Some(vlad_ir::Excerpt {
-            line: site.line as u32,
-            text: site.text.into(),
-            col: site.col as u32,
-            width: site.width as u32,
-        }),
-    })
-}
-
-/// The C compiler: `$CC` (a program and its arguments), else `cc`.
-fn c_compiler() -> (String, Vec<String>) {
-    let cc = std::env::var("CC").unwrap_or_default();
-    let mut words = cc.split_whitespace().map(String::from);
-    match words.next() {
-        Some(program) => (program, words.collect()),
-        None => ("cc".into(), Vec::new()),
-    }
-}
-
-fn cc_flags(opts: CcOptions) -> Vec<String> {
-    let mut flags: Vec<String> = ["-O3", "-ffp-contract=off", "-w", "-std=gnu99"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if opts.native {
-        flags.push("-march=native".into());
-    }
-    flags
-}
-
-/// Two settings of GCC's inliner; other compilers get no tuning.
-///
-/// - Left to grow a unit by its default 40%, the inliner spends most of the compile of a large
-///   program with boxed values (particle-RF: 16 s of 17 s) inlining the many small functions
-///   that handle them. Capping the growth at 5% brings that under 5 s with the same running
-///   time; small units (the forward-mode programs) are below GCC's `large-unit-insns` and are
-///   not affected.
-/// - Generated functions are small and call each other a lot, and every call in a hot loop
-///   makes the caller save its live doubles (all vector registers are caller-saved). GCC's
-///   default limit for inlining a function not declared `inline` (15 instructions at `-O3`)
-///   leaves the line searches of the optimisers as calls: raising it to 100 makes saddle-FF
-///   24 % faster, saddle-FR 35 %, particle-FF 17 % (at 50, only saddle-FF gains); the boxed
-///   reverse-mode programs run 4-5 % slower (particle-FR, -RF, -RR), and compile times stay
-///   within 0.3 s (interleaved runs, docs/backend-c.md).
-fn gcc_tuning(cc: &str, pre: &[String]) -> Vec<String> {
-    let version = Command::new(cc).args(pre).arg("--version").output();
-    let is_gcc = version.is_ok_and(|o| {
-        let text = String::from_utf8_lossy(&o.stdout);
-        text.contains("Free Software Foundation") && !text.contains("clang")
-    });
-    if is_gcc {
-        vec![
-            "--param=inline-unit-growth=5".into(),
-            "--param=max-inline-insns-auto=100".into(),
-        ]
-    } else {
-        Vec::new()
-    }
-}
-
 /// Generated functions per translation unit (`units`): GCC compiles about 120 KB of them a
 /// second with `-O3` on this project's 2-core VM (particle-RR: 693 KB in 5.8 s), so a unit
 /// this large takes about 2 s. Of the benchmarks, particle-RF and particle-RR (558 and 693 KB)
@@ -255,8 +182,8 @@ pub fn units(c: &CProgram) -> Vec<String> {
 pub fn compile_c(units: &[String], out: &Path, opts: CcOptions) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
     let exe = dir.path().join("program");
-    let (cc, pre) = c_compiler();
-    let tuning = gcc_tuning(&cc, &pre);
+    let (cc, pre) = vlad::cc::c_compiler();
+    let tuning = vlad::cc::gcc_tuning(&cc, &pre);
     let mut sources = Vec::new();
     for (i, text) in units.iter().enumerate() {
         let c = dir.path().join(format!("program{i}.c"));
@@ -265,7 +192,9 @@ pub fn compile_c(units: &[String], out: &Path, opts: CcOptions) -> Result<(), St
     }
     let command = || {
         let mut c = Command::new(&cc);
-        c.args(&pre).args(cc_flags(opts)).args(&tuning);
+        c.args(&pre)
+            .args(vlad::cc::flags(opts.native))
+            .args(&tuning);
         c
     };
     let run = |mut c: Command| -> Result<std::process::Child, String> {
@@ -390,9 +319,9 @@ pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<S
 
 /// Adds the C compiler and its flags to a cache key.
 fn hash_c_compiler(h: &mut Sha256, opts: CcOptions) {
-    let (cc, pre) = c_compiler();
+    let (cc, pre) = vlad::cc::c_compiler();
     h.update(cc.as_bytes());
-    for f in pre.iter().chain(cc_flags(opts).iter()) {
+    for f in pre.iter().chain(vlad::cc::flags(opts.native).iter()) {
         h.update([0]);
         h.update(f.as_bytes());
     }

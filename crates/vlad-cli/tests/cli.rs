@@ -852,3 +852,184 @@ fn errors_in_library_code_name_the_callers_site() {
         assert!(!o.stderr.contains("<lib>"), "{body}\n{}", o.describe());
     }
 }
+
+/// `vlad compile --lib`: a C program that includes the header and links the library calls
+/// an exported gradient, a Hessian and a procedure that fails, and writes what it got; that
+/// is what `vlad run --interp` writes for the same calls in the program. Then the errors of
+/// the command itself.
+#[test]
+fn a_library_is_called_from_c() {
+    let s = Scratch::new();
+    let program = "(include \"array\")\n\
+         (define (f v) (+ (* (get v 0) (sin (get v 1))) (exp (* (get v 0) (get v 1)))))\n\
+         (define (grad-f v) ((grad-R f) v))\n\
+         (define (hess-f v) ((jacob grad-f) v))\n\
+         (define (first-row m) (get m 0))\n\
+         (define (checked x) (if (> x 0) (sqrt x) (car x)))\n";
+    s.file("model.vlad", program);
+    let calls = "(grad-f #(0.5 -2))\n(hess-f #(0.5 -2))\n(first-row #(#(1 2) #(3 4)))\n\
+                 (checked 2)\n(checked -1)\n";
+    s.file("check.vlad", &format!("{program}{calls}"));
+    std::fs::create_dir(s.path().join("out")).unwrap();
+    let built = vlad(
+        &[
+            "compile",
+            "model.vlad",
+            "--lib",
+            "out/model",
+            "--export",
+            "grad-f(array)",
+            "--export",
+            "hess-f(array)",
+            "--export",
+            "first-row(array(array))",
+            "--export",
+            "checked(real)",
+        ],
+        s.path(),
+        "",
+    );
+    assert_eq!(built.code, Some(0), "{}", built.describe());
+    let header = std::fs::read_to_string(s.path().join("out/model.h")).unwrap();
+    assert!(
+        header.contains("vlad_value vlad_grad_f(vlad_value a0);"),
+        "{header}"
+    );
+    // The C program writes values as VLAD does (reals with %.17g, then compared as numbers).
+    s.file(
+        "main.c",
+        r##"#include <stdio.h>
+#include "model.h"
+static void show(vlad_value v) {
+  switch (vlad_kind(v)) {
+  case VLAD_REAL: printf("%.17g", vlad_real_of(v)); break;
+  case VLAD_ARRAY:
+    printf("#(");
+    for (long i = 0; i < vlad_length(v); i++) { if (i) printf(" "); show(vlad_at(v, i)); }
+    printf(")");
+    break;
+  default: printf("?");
+  }
+}
+static void line(vlad_value v) {
+  if (v) { show(v); printf("\n"); } else fputs(vlad_error(), stdout);
+}
+int main(void) {
+  double x[2] = {0.5, -2};
+  line(vlad_grad_f(vlad_array_f64(x, 2)));
+  line(vlad_hess_f(vlad_array_f64(x, 2)));
+  double r0[2] = {1, 2}, r1[2] = {3, 4};
+  vlad_value rows[2] = {vlad_array_f64(r0, 2), vlad_array_f64(r1, 2)};
+  line(vlad_first_row(vlad_array(rows, 2)));
+  line(vlad_checked(vlad_real(2)));
+  line(vlad_checked(vlad_real(-1)));
+  vlad_reset();
+  line(vlad_checked(vlad_array_f64(x, 2)));
+  line(vlad_first_row(vlad_array_f64(x, 2)));
+  return 0;
+}
+"##,
+    );
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let linked = Command::new(&cc)
+        .current_dir(s.path())
+        .args(["-Iout", "main.c", "-Lout", "-lmodel", "-o", "main"])
+        .arg(format!("-Wl,-rpath,{}", s.path().join("out").display()))
+        .output()
+        .unwrap();
+    assert!(
+        linked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&linked.stderr)
+    );
+    let ran = Command::new(s.path().join("main")).output().unwrap();
+    assert!(ran.status.success());
+    let got = String::from_utf8(ran.stdout).unwrap();
+    let expected = vlad(&["run", "--interp", "check.vlad"], s.path(), "");
+    let mut got_lines = got.lines();
+    // Values: the same numbers.
+    for want in expected.stdout.lines() {
+        let have = got_lines.next().unwrap_or_default();
+        let numbers = |t: &str| -> Vec<f64> {
+            t.replace(['#', '(', ')'], " ")
+                .split_whitespace()
+                .map(|w| w.parse().unwrap())
+                .collect()
+        };
+        assert_eq!(numbers(have), numbers(want), "{got}");
+    }
+    // The error: the evaluator's message, with the position in model.vlad.
+    let error: Vec<&str> = got_lines.by_ref().take(4).collect();
+    assert_eq!(
+        error.join("\n") + "\n",
+        expected.stderr.replace("check.vlad", "model.vlad"),
+        "{got}"
+    );
+    // Arguments of the wrong shape are the library's error, not a crash.
+    let rest: Vec<&str> = got_lines.collect();
+    assert_eq!(
+        rest,
+        [
+            "vlad: error: vlad_checked, argument 1: expected a real, got an array of length 2",
+            "vlad: error: vlad_first_row, argument 1: expected an array, got 0.5",
+        ],
+        "{got}"
+    );
+
+    // Errors of the command: positions for the program, the signature for the rest.
+    let compile = |exports: &[&str]| {
+        let mut args = vec!["compile", "model.vlad", "--lib", "out/bad"];
+        for e in exports {
+            args.extend(["--export", e]);
+        }
+        vlad(&args, s.path(), "")
+    };
+    for (exports, message) in [
+        (
+            &["f(real)"][..],
+            "cannot export `f(real)`: no call with arguments",
+        ),
+        (&["g(array)"], "unbound variable `g`"),
+        (&["f(list)"], "`list` is not a shape"),
+        (&["f(array)", "f(array)"], "`f` is exported twice"),
+    ] {
+        let o = compile(exports);
+        assert_ne!(o.code, Some(0), "{exports:?}");
+        assert!(o.stderr.contains(message), "{exports:?}: {}", o.describe());
+    }
+    let missing = vlad(&["compile", "model.vlad", "--lib", "out/x"], s.path(), "");
+    assert_eq!(missing.code, Some(2), "{}", missing.describe());
+    let nowhere = vlad(
+        &[
+            "compile",
+            "model.vlad",
+            "--lib",
+            "no/such/dir/x",
+            "--export",
+            "f(array)",
+        ],
+        s.path(),
+        "",
+    );
+    assert_eq!(nowhere.code, Some(1));
+    assert!(
+        nowhere.stderr.contains("cannot write no/such/dir/libx.so"),
+        "{}",
+        nowhere.describe()
+    );
+    let syntax = s.file("broken.vlad", "(define (f x) (+ x 1)\n");
+    let o = vlad(
+        &[
+            "compile",
+            syntax.to_str().unwrap(),
+            "--lib",
+            "out/b",
+            "--export",
+            "f(real)",
+        ],
+        s.path(),
+        "",
+    );
+    assert_eq!(o.code, Some(1));
+    assert!(o.stderr.contains("broken.vlad:1:1"), "{}", o.describe());
+}

@@ -265,6 +265,19 @@ impl<'a> Analysis<'a> {
         Ok(entry)
     }
 
+    /// Analyses a call of the procedure `f` (a closure, as the analysis of a top-level
+    /// expression found it) on an argument of abstract value `arg`: the key of the specialised
+    /// function it calls (an exported entry point, `vlad compile --lib`). An error where `f`
+    /// is not a closure.
+    pub fn analyse_call(&mut self, f: &Av, arg: &Av) -> R<usize> {
+        let Av::Closure(code, env) = f else {
+            return self.fail("only a procedure defined in the program can be exported".into());
+        };
+        let (_, k) = self.call(*code, env.clone(), arg.clone())?;
+        self.solve()?;
+        Ok(k)
+    }
+
     /// Runs the worklist until no key needs evaluating.
     pub(crate) fn solve(&mut self) -> R<()> {
         // First in, first out: a key queued again waits for the other changes of the round, so

@@ -509,6 +509,9 @@ pub enum FuncKind {
     /// constants' initialisation, the program's entry point), or a runtime entry point
     /// (`exported`: the runtime calls it by this name).
     Helper { name: String, exported: bool },
+    /// An entry point of a shared library (`vlad compile --lib`): the C function
+    /// `vlad_NAME` calls it with the argument list boxed, catching a run-time error.
+    Export { name: String },
     /// The explicit-stack machine of a deep recursive component (`passes::machines`).
     Machine(Rc<Machine>),
     /// The entry of member `member` of the machine `machine`, for native callers.
@@ -636,6 +639,7 @@ impl Program {
     pub fn func_name(&self, f: FuncId) -> String {
         match &self.func(f).kind {
             FuncKind::Helper { name, .. } => name.clone(),
+            FuncKind::Export { name } => format!("vl_export_{name}"),
             _ => format!("f{}", f.0),
         }
     }

@@ -40,6 +40,7 @@ pub fn function(p: &Program, id: FuncId) -> String {
                 }
             )
         }
+        FuncKind::Export { name } => format!("; exported as vlad_{name}"),
         FuncKind::Machine(m) => format!(
             "; the explicit-stack machine of {}",
             m.members

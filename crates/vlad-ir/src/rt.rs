@@ -139,6 +139,11 @@ runtime! {
     BoxedGet => "vl_boxed_get", [I64, Ptr, F64], Boxed, ALLOC_CHECK;
     BoxedGetV => "vl_boxed_get_v", [I64, Ptr, Ptr], Boxed, ALLOC_CHECK;
     BoxedLength => "vl_boxed_length", [I64, Ptr], F64, CHECK;
+    /// An exported entry's argument (a boxed array of reals, or of such arrays, this deep) as
+    /// a flat array, checked; the message names the entry point.
+    AsFlat => "vl_as_flat", [Ptr, I64, Str], Ptr, ALLOC_CHECK;
+    /// An exported entry's argument checked to be a real.
+    ArgReal => "vl_arg_real", [Ptr, Str], F64, CHECK;
     NotArray => "vl_not_array", [I64, Str, Ptr], None, FAIL;
     LengthFail => "vl_length_fail", [Str, I64, I64], None, FAIL;
     /// The lazy one-hot sensitivity of a reverse `get`.

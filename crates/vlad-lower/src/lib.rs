@@ -147,6 +147,7 @@ pub fn lower(
     render: SiteRenderer<'_>,
     final_error: Option<&str>,
     print_values: bool,
+    exports: &[Export],
 ) -> R<vlad_ir::Program> {
     let boxed = an.boxed_snapshot();
     let keys: Vec<usize> = (0..prog.funs.len())
@@ -226,6 +227,14 @@ pub fn lower(
         Vec::new(),
         Rc::from([]),
     );
+    // The entry points of a shared library.
+    for e in exports {
+        let f = g.export(e).map_err(|u| Unsupported {
+            span: u.span,
+            reason: format!("cannot export `{}`: {}", e.name, u.reason),
+        })?;
+        g.helpers.push(f);
+    }
     // The AD maps of boxed closures and the element boxers (a map may box an array, a boxer
     // may need a map), then their dispatchers, which the runtime calls.
     let dispatchers = g.closure_maps()?;
@@ -272,7 +281,87 @@ pub fn lower(
     Ok(out)
 }
 
+/// An entry point of a shared library (`vlad compile --lib`): the procedure whose closure is
+/// `procedure` (a top-level definition), applied by the analysis in key `key` to the argument
+/// made of arguments of abstract values `args` (`(f a b)` passes `(cons a b)`). Each argument
+/// is a real or an array (of reals, or of such arrays). The C function `vlad_NAME` takes the
+/// arguments boxed, one C parameter each, and returns the result boxed.
+pub struct Export {
+    pub name: String,
+    pub procedure: Av,
+    pub args: Vec<Av>,
+    pub key: usize,
+}
+
 impl Lowerer<'_, '_> {
+    /// The function of an exported entry point: it takes its boxed arguments apart (each real
+    /// checked to be a real, each array converted to the flat array of its layout), calls the
+    /// specialised function, and boxes its result.
+    fn export(&mut self, e: &Export) -> R<vlad_ir::Function> {
+        let Av::Closure(_, env) = &e.procedure else {
+            return self.unsupported("it is not a procedure defined in the program");
+        };
+        let mut env_leaves = Vec::new();
+        for x in env.iter() {
+            env_leaves.extend(self.layout(x)?);
+        }
+        if !env_leaves.is_empty() {
+            return self.unsupported(
+                "it refers to values known only when the program runs (read, or computed from \
+                 what is read)",
+            );
+        }
+        let (r, b) = self.in_function(|s| {
+            let mut params = Vec::new();
+            let mut leaves = Vec::new();
+            for (i, av) in e.args.iter().enumerate() {
+                let p = s.b.named_var(Ty::Boxed, format!("arg{i}"));
+                params.push(p);
+                let what = format!("vlad_{}, argument {}", e.name, i + 1);
+                leaves.extend(s.unpack_argument(Operand::Var(p), av, &what)?);
+            }
+            let v = s.call_fun(e.key, Vec::new(), leaves)?;
+            let boxed = if v.av == Av::Bottom {
+                Operand::Null
+            } else {
+                s.boxed_val(&v)?
+            };
+            s.b.push(Stmt::Return(vec![boxed]));
+            Ok(params)
+        });
+        let name = e.name.clone();
+        Ok(b.finish(FuncKind::Export { name }, r?, Rc::from([Ty::Boxed])))
+    }
+
+    /// The leaf of one boxed argument made by the library's caller, in the layout of `av`: a
+    /// real checked to be one, an array converted (and checked) by the runtime.
+    /// `what` names the argument in the runtime's message.
+    fn unpack_argument(&mut self, v: Operand, av: &Av, what: &str) -> R<Vec<Operand>> {
+        Ok(match av {
+            Av::Real(None) => {
+                vec![self.rt(Ty::F64, Rt::ArgReal, vec![v, Operand::Str(what.into())])]
+            }
+            Av::Array(t, None, elem) if t.is_empty() => {
+                let ty = Ty::Array(self.layout(elem)?.into());
+                let mut depth = 1;
+                let mut inner = &**elem;
+                while let Av::Array(_, _, e) = inner {
+                    depth += 1;
+                    inner = e;
+                }
+                if *inner != Av::Real(None) {
+                    return self.unsupported("an array argument whose elements are not reals");
+                }
+                vec![self.rt(
+                    ty,
+                    Rt::AsFlat,
+                    vec![v, Operand::I64(depth), Operand::Str(what.into())],
+                )]
+            }
+            _ => return self.unsupported("an argument that is not a real or an array"),
+        })
+    }
+
     /// `u` placed in the user's program: a reason found in built-in code (a prelude function,
     /// an AD primitive's version) is reported at a call in the user's program that leads to
     /// the function being lowered, as the evaluator reports errors in built-in code.

@@ -11,6 +11,7 @@
 use vlad_backend_c::CProgram;
 use vlad_core::{ExprId, Span};
 use vlad_eval::Evaluator;
+use vlad_syntax::SourceMap;
 
 /// Why a program could not be compiled: a position and a message (`Unsupported` of the
 /// lowering, or an error of the analysis, which `vlad run` answers by running the evaluator).
@@ -83,6 +84,7 @@ pub fn compile(
         opts.render,
         opts.final_error,
         opts.print_values,
+        &[],
     )
     .map_err(|u| CompileError {
         span: u.span,
@@ -100,4 +102,26 @@ pub fn compile(
         .map_err(|e| internal(format!("the IR does not verify {e}")))?;
     let c = vlad_backend_c::emit(&ir, &stats).map_err(|e| internal(e.0))?;
     Ok(Compiled { ir, c, stats })
+}
+
+/// The error site of `span`, as the evaluator's diagnostics render it; for a span in the
+/// standard library, the message its line gives (`SourceMap::library_message`) as the site's
+/// prefix, with no excerpt, if it gives one (its errors are reported at the user's call site).
+pub fn render_site(sources: &SourceMap, span: vlad_core::Span) -> Option<vlad_ir::Site> {
+    if span.is_library() {
+        return sources.library_message(span).map(|m| vlad_ir::Site {
+            prefix: m,
+            excerpt: None,
+        });
+    }
+    let site = vlad_syntax::diagnostic::Site::of(span, sources)?;
+    Some(vlad_ir::Site {
+        prefix: site.prefix,
+        excerpt: Some(vlad_ir::Excerpt {
+            line: site.line as u32,
+            text: site.text.into(),
+            col: site.col as u32,
+            width: site.width as u32,
+        }),
+    })
 }
