@@ -810,7 +810,7 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     let mut rng = vlad_random::Rng(seed);
     let (mut reverse, mut arrays, mut failures) = (0, 0, Vec::new());
     let (mut forward_arrays, mut reverse_arrays) = (0, 0);
-    let (mut lists, mut prints, mut list_arrays) = (0, 0, 0);
+    let (mut lists, mut prints, mut list_arrays, mut booleans) = (0, 0, 0, 0);
     for n in 0..files {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
@@ -826,6 +826,9 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
             lists += usize::from(e.contains("(null? "));
             prints += usize::from(e.contains("(write-real "));
             list_arrays += usize::from(e.contains("(get (car "));
+            booleans += usize::from(
+                e.contains("(plus (<") || e.contains("(bundle (<") || e.contains("(cons (<"),
+            );
             exprs.push(e.to_string());
         }
         let file = program(
@@ -902,11 +905,15 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         "{} random programs: {reverse} use reverse mode, {arrays} arrays, \
          {forward_arrays} arrays inside forward derivatives, {reverse_arrays} inside reverse \
          derivatives, {lists} lists of unknown length \
-         ({list_arrays} of arrays), {prints} write-real",
+         ({list_arrays} of arrays), {prints} write-real, {booleans} booleans in AD operators",
         files * PER_FILE
     );
     assert!(lists >= files * PER_FILE / 20, "only {lists} build lists");
     assert!(prints >= files * PER_FILE / 20, "only {prints} print");
+    assert!(
+        booleans >= files * PER_FILE / 20,
+        "only {booleans} put booleans through AD operators"
+    );
     assert!(
         list_arrays >= files * PER_FILE / 50,
         "only {list_arrays} build lists of arrays"

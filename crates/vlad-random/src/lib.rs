@@ -3,8 +3,10 @@
 //! expressions over closures, pairs, conditionals, loops with known or unknown trip counts,
 //! non-tail recursion, `real`, lists of unknown length, `write-real`, forward and reverse
 //! derivatives (nested; of functions of pairs and lists, of procedure-valued functions,
-//! through procedures passed to procedures) and, on request, arrays. The grammar keeps domains safe and trip counts small, so that most
-//! programs run without error and quickly.
+//! through procedures passed to procedures), booleans known only at run time in the AD
+//! operators (`plus`, `bundle`, a pair holding one differentiated) and, on request, arrays.
+//! The grammar keeps domains safe and trip counts small, so that most programs run without
+//! error and quickly.
 
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
 /// with the library directory on the include path).
@@ -93,16 +95,17 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
     }
     let d = depth - 1;
     // Forms 14-17 are the array forms; 18-20 take derivatives of procedures over pairs or
-    // procedures; 21 builds a list of unknown length, 22 prints.
+    // procedures; 21 builds a list of unknown length, 22 prints; 23 and 24 put booleans known
+    // only at run time through the AD operators.
     let form = if fresh.arrays {
-        let form = rng.below(23);
+        let form = rng.below(25);
         if (14..=17).contains(&form) {
             fresh.counts.forward += usize::from(fresh.in_forward);
             fresh.counts.reverse += usize::from(fresh.in_reverse);
         }
         form
     } else {
-        match rng.below(19) {
+        match rng.below(21) {
             k @ 14.. => k + 4,
             k => k,
         }
@@ -301,6 +304,40 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
             // forward and reverse versions of `write-real` print the primal).
             let e = real(rng, vars, d, fresh);
             format!("(write-real {e})")
+        }
+        23 => {
+            // A boolean inside a pair in a derivative: forward, it is bundled with its
+            // tangent (itself); reverse, its sensitivity is itself, and `plus` joins the two
+            // uses of the pair.
+            let [p, x] = ["p", "x"].map(|v| name(v, fresh));
+            let (mode, body) = [
+                ("derivative-F", Body::Forward),
+                ("derivative-R", Body::Reverse),
+            ][rng.below(2)];
+            let (a, b) = (
+                body_over(rng, vars, &[&x], d, fresh, body),
+                body_over(rng, vars, &[&x], d, fresh, body),
+            );
+            let at = real(rng, vars, d, fresh);
+            format!(
+                "(({mode} (lambda ({x}) (let (({p} (cons (< {x} (real 0.5)) {x}))) \
+                 (if (car {p}) (* (cdr {p}) {a}) (+ (cdr {p}) {b}))))) {at})"
+            )
+        }
+        24 => {
+            // `plus` or `bundle` of two booleans known only at run time, computed twice from
+            // one real: the runtime checks that they are equal (the analysis cannot know), as
+            // the evaluator does. (Booleans that differ are an error in both engines; the
+            // regression tests of tests/native.rs check that, since these programs must run.)
+            let t = name("t", fresh);
+            let a = real(rng, vars, d, fresh);
+            let (x, y) = (real(rng, vars, d, fresh), real(rng, vars, d, fresh));
+            let both = match rng.below(3) {
+                0 => format!("(plus (< {t} 0.5) (< {t} 0.5))"),
+                1 => format!("(primal (bundle (< {t} 0.5) (perturb (< {t} 0.5))))"),
+                _ => format!("(car (plus (cons (< {t} 0.5) 1) (cons (< {t} 0.5) 2)))"),
+            };
+            format!("(let (({t} {a})) (if {both} {x} {y}))")
         }
         _ => {
             // A closure returned by a procedure and called later.

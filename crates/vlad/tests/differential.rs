@@ -95,7 +95,7 @@ fn random_programs_agree_with_the_evaluator() {
             let mut rng = Rng(setting("VLAD_RANDOM_SEED", 0x9e37_79b9_7f4a_7c15) | 1);
             let mut failures = Vec::new();
             let (mut values, mut reverse, mut arrays, mut lists, mut prints) = (0, 0, 0, 0, 0);
-            let mut list_arrays = 0;
+            let (mut list_arrays, mut booleans) = (0, 0);
             for case in 0..cases {
                 let text = expression(&mut rng, 4, Arrays::Everywhere);
                 reverse += usize::from(text.contains("derivative-R"));
@@ -103,6 +103,11 @@ fn random_programs_agree_with_the_evaluator() {
                 lists += usize::from(text.contains("(null? "));
                 prints += usize::from(text.contains("(write-real "));
                 list_arrays += usize::from(text.contains("(get (car "));
+                booleans += usize::from(
+                    text.contains("(plus (<")
+                        || text.contains("(bundle (<")
+                        || text.contains("(cons (<"),
+                );
                 match run_case(&text) {
                     Ok(v) => values += usize::from(v),
                     Err(why) => failures.push(format!("case {case}:\n{text}{why}\n")),
@@ -115,14 +120,16 @@ fn random_programs_agree_with_the_evaluator() {
                 arrays,
                 (lists, list_arrays),
                 prints,
+                booleans,
             )
         })
         .expect("thread");
-    let (failures, values, reverse, arrays, (lists, list_arrays), prints) =
+    let (failures, values, reverse, arrays, (lists, list_arrays), prints, booleans) =
         handle.join().expect("no panic");
     eprintln!(
         "{cases} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
-         arrays, {lists} lists of unknown length ({list_arrays} of arrays), {prints} write-real"
+         arrays, {lists} lists of unknown length ({list_arrays} of arrays), {prints} write-real, \
+         {booleans} booleans in AD operators"
     );
     // Not vacuous: most programs compute something, many differentiate in reverse mode, and
     // many use arrays (inside derivatives too).
@@ -137,6 +144,10 @@ fn random_programs_agree_with_the_evaluator() {
     assert!(arrays >= cases / 5, "only {arrays} programs use arrays");
     assert!(lists >= cases / 20, "only {lists} programs build lists");
     assert!(prints >= cases / 20, "only {prints} programs print");
+    assert!(
+        booleans >= cases / 20,
+        "only {booleans} programs put booleans through AD operators"
+    );
     assert!(
         list_arrays >= cases / 50,
         "only {list_arrays} programs build lists of arrays"
