@@ -3,10 +3,12 @@
 # typed IR against the one that printed C directly): compile time, size of the C, and running
 # time of the same programs on the same inputs.
 #
-# For each case: `vlad compile FILE -o EXE` with each binary (fresh cache, timed once, or
-# COMPILE_REPS times and the median), the size of `--emit c`, then the two executables run
-# interleaved (old, new, old, new, ...) REPS times each on the case's input; prints the medians,
+# For each case: `vlad compile FILE -o EXE` with each binary, interleaved (fresh cache,
+# COMPILE_REPS times each and the median), the size of `--emit c`, then the two executables run
+# interleaved (old, new, old, new, ...) REPS times each on the case's input; prints the medians
+# of CPU seconds,
 # the ratios new/old, and whether the outputs are byte-identical, as a Markdown table.
+# Both compile with -I lib (builds before the library was built in need it).
 #
 # Usage: benches/compare-compilers.sh OLD_VLAD NEW_VLAD
 # Environment:
@@ -35,23 +37,24 @@ CASES=${CASES:-$DEFAULT_CASES}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# seconds VAR CMD...: runs CMD (stdin from $INPUT), sets VAR to the seconds it took, or nan
+# seconds VAR CMD...: runs CMD (stdin from $INPUT), sets VAR to the CPU seconds it took (user +
+# system, its children included: the C compiler), or nan. CPU time, not the clock: the machine
+# these figures come from is shared, and a loaded machine stretches wall time far more.
 seconds() {
-  local var=$1 t0 t1 rc
+  local var=$1 rc
   shift
-  t0=$(date +%s.%N)
-  echo "$INPUT" | timeout "$TIMEOUT" "$@" >"$WORK/out" 2>"$WORK/err"
+  echo "$INPUT" | /usr/bin/time -f '%U %S' -o "$WORK/time" timeout "$TIMEOUT" "$@" \
+    >"$WORK/out" 2>"$WORK/err"
   rc=$?
-  t1=$(date +%s.%N)
   if [ $rc -ne 0 ]; then
     echo "  FAILED (exit $rc): $* : $(head -3 "$WORK/err" | tr '\n' ' ')" >&2
     printf -v "$var" nan
   else
-    printf -v "$var" '%s' "$(echo "$t1 - $t0" | bc -l)"
+    printf -v "$var" '%s' "$(tail -1 "$WORK/time" | awk '{ print $1 + $2 }')"
   fi
 }
 
-echo "old: $OLD; new: $NEW; median of $REPS interleaved runs (compile: of $COMPILE_REPS);" \
+echo "old: $OLD; new: $NEW; CPU seconds, median of $REPS interleaved runs (compile: of $COMPILE_REPS);" \
      "$(nproc) cores, $(uname -m), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
 echo "| program | input | compile old s | compile new s | new/old | C old KB | C new KB | run old s | run new s | new/old | same output |"
@@ -61,16 +64,20 @@ for case in $CASES; do
   file=${case%%|*}
   INPUT=$(echo "${case#*|}" | tr '_' ' ')
   n=$((n + 1))
+  old_compiles=(); new_compiles=()
+  for ((r = 0; r < COMPILE_REPS; r++)); do
+    for which in old new; do
+      bin=$OLD; [ $which = new ] && bin=$NEW
+      INPUT="" seconds t env VLAD_CACHE_DIR="$WORK/cache-$which-$n-$r" "$bin" compile "$file" \
+        -I lib -o "$WORK/$which-$n.exe"
+      if [ $which = old ]; then old_compiles+=("$t"); else new_compiles+=("$t"); fi
+    done
+  done
+  compile_old=$(printf '%s\n' "${old_compiles[@]}" | median)
+  compile_new=$(printf '%s\n' "${new_compiles[@]}" | median)
   for which in old new; do
     bin=$OLD; [ $which = new ] && bin=$NEW
-    times=()
-    for ((r = 0; r < COMPILE_REPS; r++)); do
-      INPUT="" seconds t env VLAD_CACHE_DIR="$WORK/cache-$which-$n-$r" "$bin" compile "$file" -o "$WORK/$which-$n.exe"
-      times+=("$t")
-    done
-    med=$(printf '%s\n' "${times[@]}" | median)
-    printf -v "compile_$which" '%s' "$med"
-    kb=$(VLAD_CACHE_DIR="$WORK/cache-c" "$bin" compile "$file" --emit c 2>/dev/null | wc -c)
+    kb=$(VLAD_CACHE_DIR="$WORK/cache-c" "$bin" compile "$file" -I lib --emit c 2>/dev/null | wc -c)
     printf -v "c_$which" '%s' "$((kb / 1000))"
   done
   old_times=(); new_times=(); same=yes
