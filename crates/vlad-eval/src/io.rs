@@ -7,42 +7,92 @@ use std::rc::Rc;
 
 /// Where `read-real` gets its numbers.
 pub enum Input {
-    /// Whitespace-separated numerals from standard input, read a line at a time.
-    Stdin { pending: VecDeque<String> },
+    /// Numerals separated by whitespace on standard input.
+    Stdin,
+    /// Numerals separated by whitespace in a text (tests: the same input for each engine).
+    Text(std::io::Cursor<Vec<u8>>),
     /// A fixed list (conformance tests, `with-inputs`).
     Queue(VecDeque<f64>),
 }
 
 impl Input {
     pub fn stdin() -> Input {
-        Input::Stdin {
-            pending: VecDeque::new(),
-        }
+        Input::Stdin
     }
 
     pub fn from_numbers(v: impl IntoIterator<Item = f64>) -> Input {
         Input::Queue(v.into_iter().collect())
     }
 
+    /// The numerals of `text`, read as standard input would be.
+    pub fn from_text(text: impl Into<Vec<u8>>) -> Input {
+        Input::Text(std::io::Cursor::new(text.into()))
+    }
+
     /// The next real, or an error message.
     pub fn next_real(&mut self) -> Result<f64, String> {
-        match self {
-            Input::Queue(q) => q
-                .pop_front()
-                .ok_or_else(|| "read-real: end of input".to_string()),
-            Input::Stdin { pending } => loop {
-                if let Some(tok) = pending.pop_front() {
-                    return vlad_syntax::number::parse_number(&tok)
-                        .ok_or_else(|| format!("read-real: `{tok}` is not a number"));
-                }
-                let mut line = String::new();
-                match std::io::stdin().lock().read_line(&mut line) {
-                    Ok(0) => return Err("read-real: end of input".into()),
-                    Ok(_) => pending.extend(line.split_whitespace().map(String::from)),
-                    Err(e) => return Err(format!("read-real: {e}")),
-                }
-            },
+        let token = match self {
+            Input::Queue(q) => {
+                return q
+                    .pop_front()
+                    .ok_or_else(|| "read-real: end of input".to_string())
+            }
+            Input::Stdin => next_token(&mut std::io::stdin().lock()),
+            Input::Text(text) => next_token(text),
+        };
+        match token {
+            Ok(Some(tok)) => vlad_syntax::number::numeral(&tok).ok_or_else(|| {
+                format!(
+                    "read-real: `{}` is not a number",
+                    vlad_syntax::number::show_token(&tok)
+                )
+            }),
+            Ok(None) => Err("read-real: end of input".into()),
+            Err(e) => Err(format!(
+                "read-real: cannot read standard input: {}",
+                os_message(&e)
+            )),
         }
+    }
+}
+
+/// The next token of `input`: the bytes up to the next whitespace (`is_input_space`), after
+/// skipping whitespace; `None` at the end. Compiled programs read the same way (`vl_token` in
+/// `runtime.c`). Bytes, not text: a token that is not UTF-8 is reported, not a read error.
+fn next_token(input: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
+    use vlad_syntax::number::is_input_space;
+    let mut tok = Vec::new();
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok((!tok.is_empty()).then_some(tok));
+        }
+        let mut used = 0;
+        for &b in buf {
+            used += 1;
+            if is_input_space(b) {
+                if !tok.is_empty() {
+                    input.consume(used);
+                    return Ok(Some(tok));
+                }
+            } else {
+                tok.push(b);
+            }
+        }
+        input.consume(used);
+    }
+}
+
+/// An I/O error as C's `strerror` words it: Rust's message without its ` (os error N)`.
+pub fn os_message(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
     }
 }
 
