@@ -1,0 +1,182 @@
+//! Issue 23: what a new user meets off the beaten path, in both engines (`vlad run`, native
+//! code, against `vlad run --interp`, the evaluator): `read-real` on any input, programs on
+//! standard input, byte order marks, old Mac line ends and datum comments, `include` inside
+//! `multiform`, output that cannot be written, and memory that runs out.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `vlad ARGS` in `dir`, the cache in `cache`, `input` on standard input (written on a thread
+/// of its own: a program that stops reading must not block the test).
+fn vlad_in(dir: &Path, cache: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(args)
+        .current_dir(dir)
+        .env("VLAD_CACHE_DIR", cache)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vlad");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for vlad");
+    let _ = feeder.join();
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// What a run printed, its errors and its status, for comparing engines exactly.
+fn outcome(o: &Output) -> (String, String, Option<i32>) {
+    (text(&o.stdout), text(&o.stderr), o.status.code())
+}
+
+/// A scratch directory with a cache directory inside.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().expect("a scratch directory"),
+        }
+    }
+
+    fn file(&self, name: &str, text: &[u8]) -> String {
+        std::fs::write(self.dir.path().join(name), text).expect("write a file");
+        name.to_string()
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn vlad(&self, args: &[&str], input: &[u8]) -> Output {
+        vlad_in(self.path(), &self.cache(), args, input)
+    }
+
+    /// `vlad run FILE` and `vlad run --interp FILE` on the same input: what each gave,
+    /// asserting that the native run was compiled (no note about the evaluator).
+    fn both(&self, file: &str, input: &[u8]) -> [(String, String, Option<i32>); 2] {
+        let native = self.vlad(&["run", file], input);
+        let eval = self.vlad(&["run", "--interp", file], input);
+        let n = outcome(&native);
+        assert!(
+            !n.1.contains("not compiled to native code"),
+            "{file}: {}",
+            n.1
+        );
+        [n, outcome(&eval)]
+    }
+}
+
+/// The inputs on which `read-real` differed between the engines (issue 23), and their
+/// neighbours: tokens longer than any buffer, long runs of zeros, NUL bytes, the spellings
+/// that C's `strtod` takes and the reader does not (and the other way round), every radix,
+/// every kind of whitespace, and the ends of the range of doubles.
+fn read_real_inputs() -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = [
+        "1 2 3",
+        "-0 +0 0.0 -0.0",
+        "+5 .5 5. -.5e-3 1E3 2.5e+2 7e0",
+        "1e400 -1e400 1e-400 4.9e-324 2.4703282292062328e-324 2.2250738585072011e-308",
+        "0.1 0.30000000000000004 9007199254740993 123456789012345678901234567890",
+        "nan",
+        "inf",
+        "-inf",
+        "infinity",
+        "NaN",
+        "0x10",
+        "0X1p3",
+        "1e",
+        "e3",
+        ".",
+        "+",
+        "-",
+        "1.2.3",
+        "1,5",
+        "1_000",
+        "+nan.0 -nan.0 +inf.0 -inf.0 +INF.0 -NaN.0",
+        "#x1F #X1f #b-101 #o17 #d10 #d-2.5 #x+ff #d+inf.0",
+        "#x",
+        "#b102",
+        "#x-",
+        "#x1.5",
+        "\t1\n2\r3\u{b}4\u{c}5\r\n6   ",
+        "1\u{a0}2",
+        "\u{ff11}",
+        "",
+        "  \n\t ",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    v.push(b"1\x002".to_vec());
+    v.push(b"\x00".to_vec());
+    v.push(b"7 \xff\xfe 8".to_vec());
+    v.push("1".repeat(300).into_bytes());
+    v.push(format!("{}.5", "9".repeat(400)).into_bytes());
+    v.push(format!("0.{}1", "0".repeat(300)).into_bytes());
+    v.push(format!("0.{}1", "0".repeat(400)).into_bytes());
+    v.push(format!("{}e-300", "1".repeat(300)).into_bytes());
+    v.push(format!("#x{}", "f".repeat(300)).into_bytes());
+    v.push(format!("#b{}", "1".repeat(1100)).into_bytes());
+    v.push("x".repeat(100).into_bytes());
+    v.push(format!("2 {}", "3".repeat(5000)).into_bytes());
+    v
+}
+
+/// `read-real` reads the same numbers, and rejects the same tokens with the same message, in
+/// compiled code as in the evaluator: one numeral syntax, the reader's (docs/language.md).
+/// Before, compiled code split a 300-digit token in two, read 300 zeros and a 1 as 0,
+/// accepted NUL bytes, `nan`, `inf` and `0x10`, and rejected `+nan.0` and `#x1F`.
+#[test]
+fn read_real_reads_the_same_numbers_in_both_engines() {
+    let s = Scratch::new();
+    let file = s.file(
+        "echo.vlad",
+        b"(define (loop n) (let ((x (write-real (read-real)))) (loop (+ n 1))))\n(loop 0)\n",
+    );
+    let mut read = 0;
+    for input in read_real_inputs() {
+        let [native, eval] = s.both(&file, &input);
+        assert_eq!(
+            native,
+            eval,
+            "input {:?}: native code and the evaluator differ",
+            text(&input)
+        );
+        // Every run ends at the end of the input or at a token that is not a numeral.
+        assert_eq!(eval.2, Some(1), "{eval:?}");
+        assert!(eval.1.contains("read-real: "), "{eval:?}");
+        read += eval.0.lines().count();
+    }
+    assert!(read >= 50, "only {read} numbers read");
+    // What the evaluator reads, spelled out: the cases the engines used to disagree on.
+    let reads = |input: &[u8]| outcome(&s.vlad(&["run", "--interp", &file], input));
+    assert_eq!(reads("1".repeat(300).as_bytes()).0, "1.1111111111111112e299\n");
+    assert_eq!(
+        reads(format!("0.{}1", "0".repeat(300)).as_bytes()).0,
+        "1e-301\n"
+    );
+    assert_eq!(reads(b"+nan.0 #x1F").0, "+nan.0\n31\n");
+    for bad in [&b"nan"[..], b"inf", b"0x10", b"1\x002"] {
+        let (out, err, _) = reads(bad);
+        assert_eq!(out, "", "{bad:?}");
+        assert!(err.contains("is not a number"), "{bad:?}: {err}");
+    }
+    assert!(reads(b"1\x002").1.contains("read-real: `1\\x002` is not a number"));
+}
+
