@@ -180,3 +180,48 @@ fn read_real_reads_the_same_numbers_in_both_engines() {
     assert!(reads(b"1\x002").1.contains("read-real: `1\\x002` is not a number"));
 }
 
+/// A UTF-8 byte order mark was read as a variable, and a file with CR-only line ends was one
+/// line (its comments ran to the end of the file, its errors were all on line 1). Positions
+/// are the same in both engines, and the excerpt shows the right line.
+#[test]
+fn byte_order_marks_and_every_line_end() {
+    let s = Scratch::new();
+    let file = s.file(
+        "mac.vlad",
+        b"\xef\xbb\xbf; a comment\r(define x 2) ; another\r(* x 3)\r\r  (car x)\r",
+    );
+    let [native, eval] = s.both(&file, b"");
+    assert_eq!(native, eval);
+    assert_eq!(eval.0, "6\n");
+    assert_eq!(eval.2, Some(1));
+    assert!(
+        eval.1
+            .starts_with("mac.vlad:5:4: error: unbound variable `car`\n  |\n5 |   (car x)\n  |    ^^^\n"),
+        "{}",
+        eval.1
+    );
+    let windows = s.file("dos.vlad", b"\xef\xbb\xbf(+ 1 2)\r\n(car 1)\r\n");
+    let [native, eval] = s.both(&windows, b"");
+    assert_eq!(native, eval);
+    assert!(eval.1.starts_with("dos.vlad:2:2: error:"), "{}", eval.1);
+}
+
+/// `#;` comments out the next datum, as in R7RS and the reference implementation's tests.
+#[test]
+fn datum_comments() {
+    let s = Scratch::new();
+    let file = s.file(
+        "comments.vlad",
+        b"#;(this is not evaluated)\n(+ 1 #;2 3)\n#; #; 4 5\n(list 6 #;(7 8) 9)\n",
+    );
+    let [native, eval] = s.both(&file, b"");
+    assert_eq!(native, eval);
+    assert_eq!(eval, ("4\n(6 9)\n".into(), String::new(), Some(0)));
+    let o = s.vlad(&["run", "--interp", &s.file("bad.vlad", b"(+ 1 #;)\n")], b"");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).starts_with("bad.vlad:1:6: error: `#;` without a datum"),
+        "{}",
+        text(&o.stderr)
+    );
+}
