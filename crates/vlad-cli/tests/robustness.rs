@@ -225,3 +225,40 @@ fn datum_comments() {
         text(&o.stderr)
     );
 }
+
+/// `(multiform (include "math") expr)`, as the reference implementation's tests write it:
+/// the file's definitions belong to that one test. It was rejected ("only definitions may
+/// precede the last form").
+#[test]
+fn include_inside_multiform() {
+    let s = Scratch::new();
+    s.file("math.vlad", b"(define (square x) (* x x))\n(define two 2)\n");
+    s.file("script.vlad", b"(define (f x) x)\n(f 1)\n");
+    let file = s.file(
+        "tests.vlad",
+        b"(multiform (include \"math\") (square 3)) ===> 9\n\
+          (multiform (include \"math\") (define (cube x) (* x (square x))) (cube two)) ===> 8\n\
+          (square 3) ===> (error \"unbound variable\")\n",
+    );
+    let o = s.vlad(&["check", &file], b"");
+    assert_eq!(
+        outcome(&o),
+        ("3 passed, 0 failed\n".into(), String::new(), Some(0))
+    );
+    let run = s.file(
+        "run.vlad",
+        b"(multiform (include \"math\") (square two))\n",
+    );
+    let [native, eval] = s.both(&run, b"");
+    assert_eq!(native, eval);
+    assert_eq!(eval.0, "4\n");
+    // A file with expressions cannot be spliced among definitions.
+    let bad = s.file("bad.vlad", b"(multiform (include \"script\") (f 2))\n");
+    let o = s.vlad(&["run", "--interp", &bad], b"");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).starts_with("script.vlad:2:1: error: a file included in `multiform`"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -89,41 +89,7 @@ fn load_text(
             return Err(Diagnostic::new(f.span, "`===>` must follow an expression"));
         }
         if f.is_form("include") {
-            let items = f.list().expect("form");
-            let name = match items {
-                [_, Sexp {
-                    kind: SexpKind::Str(s),
-                    ..
-                }] => s.clone(),
-                _ => {
-                    return Err(Diagnostic::new(
-                        f.span,
-                        "`include` takes one string: (include \"name\")",
-                    ))
-                }
-            };
-            let found = find_include(path, &name, include_dirs)
-                .ok_or_else(|| Diagnostic::new(f.span, format!("cannot find included file \"{name}\" (tried {name}.vlad in the including file's directory, the current directory and the -I directories)")))?;
-            let key = canonical(&found);
-            if active.stack.contains(&key) {
-                return Err(Diagnostic::new(
-                    f.span,
-                    format!("\"{name}\" includes itself"),
-                ));
-            }
-            // A file is spliced once per program: including a library twice (directly and
-            // through another library) does not define its names twice.
-            if active.done.contains(&key) {
-                i += 1;
-                continue;
-            }
-            active.done.push(key.clone());
-            let text = std::fs::read_to_string(&found).map_err(|e| {
-                Diagnostic::new(f.span, format!("cannot read {}: {e}", found.display()))
-            })?;
-            active.stack.push(key);
-            load_text(sources, &found, text, include_dirs, out, active)?;
-            active.stack.pop();
+            include(sources, path, f, include_dirs, out, active)?;
             i += 1;
             continue;
         }
@@ -144,13 +110,107 @@ fn load_text(
             None
         };
         let step = if expected.is_some() { 3 } else { 1 };
-        out.push(TopForm::Expr {
-            form: f.clone(),
-            expected,
-        });
+        let form = if f.is_form("multiform") {
+            splice_includes(sources, path, f, include_dirs, active)?
+        } else {
+            f.clone()
+        };
+        out.push(TopForm::Expr { form, expected });
         i += step;
     }
     Ok(())
+}
+
+/// Splices the forms of the file that `(include "name")` (the form `f`, in the file `path`)
+/// names into `out`, unless this program has spliced it already (`active.done`).
+fn include(
+    sources: &mut SourceMap,
+    path: &Path,
+    f: &Sexp,
+    include_dirs: &[PathBuf],
+    out: &mut Vec<TopForm>,
+    active: &mut Includes,
+) -> Result<(), Diagnostic> {
+    let items = f.list().expect("form");
+    let name = match items {
+        [_, Sexp {
+            kind: SexpKind::Str(s),
+            ..
+        }] => s.clone(),
+        _ => {
+            return Err(Diagnostic::new(
+                f.span,
+                "`include` takes one string: (include \"name\")",
+            ))
+        }
+    };
+    let found = find_include(path, &name, include_dirs)
+        .ok_or_else(|| Diagnostic::new(f.span, format!("cannot find included file \"{name}\" (tried {name}.vlad in the including file's directory, the current directory and the -I directories)")))?;
+    let key = canonical(&found);
+    if active.stack.contains(&key) {
+        return Err(Diagnostic::new(
+            f.span,
+            format!("\"{name}\" includes itself"),
+        ));
+    }
+    // A file is spliced once per program: including a library twice (directly and through
+    // another library) does not define its names twice.
+    if active.done.contains(&key) {
+        return Ok(());
+    }
+    active.done.push(key.clone());
+    let text = std::fs::read_to_string(&found)
+        .map_err(|e| Diagnostic::new(f.span, format!("cannot read {}: {e}", found.display())))?;
+    active.stack.push(key);
+    load_text(sources, &found, text, include_dirs, out, active)?;
+    active.stack.pop();
+    Ok(())
+}
+
+/// `(multiform form ... expr)` with each `(include "name")` among its forms replaced by the
+/// definitions of that file, as the reference implementation's tests write it: `(multiform
+/// (include "math") (f 3))`. The definitions are the test's own, like its other definitions;
+/// the file is spliced whether or not the program included it already, since what an earlier
+/// `multiform` included is not visible here.
+fn splice_includes(
+    sources: &mut SourceMap,
+    path: &Path,
+    form: &Sexp,
+    include_dirs: &[PathBuf],
+    active: &mut Includes,
+) -> Result<Sexp, Diagnostic> {
+    let items = form.list().expect("a multiform form");
+    if !items.iter().any(|x| x.is_form("include")) {
+        return Ok(form.clone());
+    }
+    let mut local = Includes {
+        stack: active.stack.clone(),
+        done: Vec::new(),
+    };
+    let mut spliced = Vec::with_capacity(items.len());
+    for item in items {
+        if !item.is_form("include") {
+            spliced.push(item.clone());
+            continue;
+        }
+        let mut forms = Vec::new();
+        include(sources, path, item, include_dirs, &mut forms, &mut local)?;
+        for f in forms {
+            match f {
+                TopForm::Define(d) => spliced.push(d),
+                TopForm::Expr { form, .. } => {
+                    return Err(Diagnostic::new(
+                        form.span,
+                        "a file included in `multiform` may only define names",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(Sexp {
+        kind: SexpKind::List(spliced),
+        span: form.span,
+    })
 }
 
 fn find_include(from: &Path, name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
