@@ -166,7 +166,10 @@ fn read_real_reads_the_same_numbers_in_both_engines() {
     assert!(read >= 50, "only {read} numbers read");
     // What the evaluator reads, spelled out: the cases the engines used to disagree on.
     let reads = |input: &[u8]| outcome(&s.vlad(&["run", "--interp", &file], input));
-    assert_eq!(reads("1".repeat(300).as_bytes()).0, "1.1111111111111112e299\n");
+    assert_eq!(
+        reads("1".repeat(300).as_bytes()).0,
+        "1.1111111111111112e299\n"
+    );
     assert_eq!(
         reads(format!("0.{}1", "0".repeat(300)).as_bytes()).0,
         "1e-301\n"
@@ -177,7 +180,9 @@ fn read_real_reads_the_same_numbers_in_both_engines() {
         assert_eq!(out, "", "{bad:?}");
         assert!(err.contains("is not a number"), "{bad:?}: {err}");
     }
-    assert!(reads(b"1\x002").1.contains("read-real: `1\\x002` is not a number"));
+    assert!(reads(b"1\x002")
+        .1
+        .contains("read-real: `1\\x002` is not a number"));
 }
 
 /// A UTF-8 byte order mark was read as a variable, and a file with CR-only line ends was one
@@ -195,8 +200,9 @@ fn byte_order_marks_and_every_line_end() {
     assert_eq!(eval.0, "6\n");
     assert_eq!(eval.2, Some(1));
     assert!(
-        eval.1
-            .starts_with("mac.vlad:5:4: error: unbound variable `car`\n  |\n5 |   (car x)\n  |    ^^^\n"),
+        eval.1.starts_with(
+            "mac.vlad:5:4: error: unbound variable `car`\n  |\n5 |   (car x)\n  |    ^^^\n"
+        ),
         "{}",
         eval.1
     );
@@ -217,7 +223,10 @@ fn datum_comments() {
     let [native, eval] = s.both(&file, b"");
     assert_eq!(native, eval);
     assert_eq!(eval, ("4\n(6 9)\n".into(), String::new(), Some(0)));
-    let o = s.vlad(&["run", "--interp", &s.file("bad.vlad", b"(+ 1 #;)\n")], b"");
+    let o = s.vlad(
+        &["run", "--interp", &s.file("bad.vlad", b"(+ 1 #;)\n")],
+        b"",
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stderr).starts_with("bad.vlad:1:6: error: `#;` without a datum"),
@@ -232,7 +241,10 @@ fn datum_comments() {
 #[test]
 fn include_inside_multiform() {
     let s = Scratch::new();
-    s.file("math.vlad", b"(define (square x) (* x x))\n(define two 2)\n");
+    s.file(
+        "math.vlad",
+        b"(define (square x) (* x x))\n(define two 2)\n",
+    );
     s.file("script.vlad", b"(define (f x) x)\n(f 1)\n");
     let file = s.file(
         "tests.vlad",
@@ -245,10 +257,7 @@ fn include_inside_multiform() {
         outcome(&o),
         ("3 passed, 0 failed\n".into(), String::new(), Some(0))
     );
-    let run = s.file(
-        "run.vlad",
-        b"(multiform (include \"math\") (square two))\n",
-    );
+    let run = s.file("run.vlad", b"(multiform (include \"math\") (square two))\n");
     let [native, eval] = s.both(&run, b"");
     assert_eq!(native, eval);
     assert_eq!(eval.0, "4\n");

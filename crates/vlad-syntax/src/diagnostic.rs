@@ -164,7 +164,10 @@ mod tests {
         let mut sm = SourceMap::new();
         let f = sm.add("t.vlad", "a\rb\r\nc\nd\r\re");
         for (at, line) in [(0, 1), (2, 2), (5, 3), (7, 4), (10, 6)] {
-            assert_eq!(sm.location(Span::new(f, at, at + 1)), Some(("t.vlad", line, 1)));
+            assert_eq!(
+                sm.location(Span::new(f, at, at + 1)),
+                Some(("t.vlad", line, 1))
+            );
         }
         let r = Diagnostic::new(Span::new(f, 2, 3), "here").render(&sm);
         assert!(r.contains("2 | b\n  | ^\n"), "{r}");

@@ -185,7 +185,10 @@ mod tests {
         assert_eq!(parse_number(&digits), Some(1.111_111_111_111_111_1e299));
         let tiny = format!("0.{}1", "0".repeat(300));
         assert_eq!(parse_number(&tiny), Some(1e-301));
-        assert_eq!(parse_number(&format!("{digits}e-600")), Some(1.111_111_111_111_111_1e-301));
+        assert_eq!(
+            parse_number(&format!("{digits}e-600")),
+            Some(1.111_111_111_111_111_1e-301)
+        );
     }
 
     #[test]
