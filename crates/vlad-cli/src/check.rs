@@ -194,6 +194,8 @@ pub fn check(
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    if let Err(code) = crate::write_stdout(&format!("{passed} passed, {failed} failed\n")) {
+        return code.max(u8::from(failed > 0));
+    }
     u8::from(failed > 0)
 }

@@ -69,16 +69,17 @@ pub fn compile(
             }
         }
     }
+    let mut text = String::new();
     match emit {
         Emit::Flow => {
             for (span, k) in results {
-                write_out(&format!(
+                text.push_str(&format!(
                     "; {} => {}\n",
                     place(span),
                     analysis.show_av(&analysis.results[k], &place)
                 ));
             }
-            write_out(&analysis.show(&place));
+            text.push_str(&analysis.show(&place));
         }
         Emit::Ir => {
             let entries: Vec<usize> = results.iter().map(|r| r.1).collect();
@@ -93,13 +94,13 @@ pub fn compile(
                 }
             };
             for (span, k) in &results {
-                write_out(&format!("; {} => f{k}\n", place(*span)));
+                text.push_str(&format!("; {} => f{k}\n", place(*span)));
             }
-            write_out(&program.show(&analysis, &place));
+            text.push_str(&program.show(&analysis, &place));
         }
         Emit::C => unreachable!("handled by compile_c"),
     }
-    0
+    write_out(&text)
 }
 
 /// `--emit c` (the C program, to `output` or standard output) or `-o` (an executable).
@@ -123,10 +124,7 @@ fn compile_c(
         }
     };
     let written = match (emit, output) {
-        (Some(Emit::C), None) => {
-            write_out(&c.single());
-            Ok(())
-        }
+        (Some(Emit::C), None) => return write_out(&c.single()),
         (Some(Emit::C), Some(out)) => std::fs::write(out, c.single())
             .map_err(|e| format!("cannot write {}: {e}", out.display())),
         (_, Some(out)) => crate::native::compile_c(&crate::native::units(&c), out, opts),
@@ -141,8 +139,11 @@ fn compile_c(
     }
 }
 
-/// Writes to standard output; a closed pipe (`vlad compile ... | head`) is not an error.
-fn write_out(text: &str) {
-    use std::io::Write;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Writes to standard output: status 0, also where the reader went away (`vlad compile ... |
+/// head`); 1 with a message where it cannot be written (`> /dev/full`).
+fn write_out(text: &str) -> u8 {
+    match crate::write_stdout(text) {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
 }

@@ -276,14 +276,49 @@ fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engi
             Ok(c) => c,
             Err(d) => return report(&d, &sources),
         };
-        match evaluate(&mut ev, core, engine, max_steps) {
+        let printed = match evaluate(&mut ev, core, engine, max_steps) {
             Ok(v) => {
                 let text = ev.render(&v);
-                ev.output.line(&text);
+                ev.output.line(&text)
             }
+            // A write that failed stops the program: reported below, without a position.
+            Err(_) if ev.output.failure().is_some() => break,
             Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
+        };
+        if printed.is_err() {
+            break;
         }
     }
     ev.output.flush();
-    0
+    output_status(ev.output.failure())
+}
+
+/// The exit status of a program whose output may have failed: 0 if it did not or its reader
+/// went away (a closed pipe), else 1 after saying why (`vl_check_output` in `runtime.c`).
+pub(crate) fn output_status(failure: Option<vlad_eval::io::WriteFailure>) -> u8 {
+    match failure {
+        None | Some(vlad_eval::io::WriteFailure::Closed) => 0,
+        Some(f) => {
+            eprintln!("vlad: error: {}", f.message());
+            1
+        }
+    }
+}
+
+/// Writes `text` to standard output, for `check` and `compile`: `Err` with the exit status
+/// where standard output cannot be written (`output_status`).
+pub(crate) fn write_stdout(text: &str) -> Result<(), u8> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let failure = if e.kind() == std::io::ErrorKind::BrokenPipe {
+                vlad_eval::io::WriteFailure::Closed
+            } else {
+                vlad_eval::io::WriteFailure::Error(vlad_eval::io::os_message(&e))
+            };
+            Err(output_status(Some(failure)))
+        }
+    }
 }

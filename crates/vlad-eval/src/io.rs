@@ -99,14 +99,25 @@ pub fn os_message(e: &std::io::Error) -> String {
 /// Where `write` and `write-real` print.
 #[derive(Clone)]
 pub enum Output {
-    Stdout,
+    Stdout(Rc<RefCell<Option<WriteFailure>>>),
     /// Captured text (conformance tests).
     Buffer(Rc<RefCell<String>>),
 }
 
+/// Why standard output could not be written: the program stops (`Output::line` fails) and
+/// `vlad` reports it, as compiled programs do (`vl_check_output` in `runtime.c`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteFailure {
+    /// The reader went away (`vlad run prog | head -1`): the output ends, quietly and
+    /// successfully, as a compiled program ends on its `SIGPIPE`.
+    Closed,
+    /// Any other error (a full disk, `> /dev/full`): the message, as C's `strerror` words it.
+    Error(String),
+}
+
 impl Output {
     pub fn stdout() -> Output {
-        Output::Stdout
+        Output::Stdout(Rc::new(RefCell::new(None)))
     }
 
     pub fn buffer() -> (Output, Rc<RefCell<String>>) {
@@ -114,24 +125,66 @@ impl Output {
         (Output::Buffer(b.clone()), b)
     }
 
-    pub fn line(&mut self, s: &str) {
+    /// Writes `s` and a newline; `Err` once standard output cannot be written (then nothing
+    /// more is written: see `failure`).
+    pub fn line(&mut self, s: &str) -> Result<(), String> {
         match self {
-            Output::Stdout => {
-                let mut o = std::io::stdout().lock();
-                // A closed pipe is not an error of the program being run.
-                let _ = writeln!(o, "{s}");
+            Output::Stdout(failed) => {
+                if failed.borrow().is_none() {
+                    let mut o = std::io::stdout().lock();
+                    if let Err(e) = writeln!(o, "{s}") {
+                        *failed.borrow_mut() = Some(WriteFailure::from(&e));
+                    }
+                }
+                match &*failed.borrow() {
+                    None => Ok(()),
+                    Some(f) => Err(f.message()),
+                }
             }
             Output::Buffer(b) => {
                 let mut b = b.borrow_mut();
                 b.push_str(s);
                 b.push('\n');
+                Ok(())
             }
         }
     }
 
+    /// Flushes standard output (before `read-real`, and after each top-level expression);
+    /// a failure is recorded as `line`'s are.
     pub fn flush(&mut self) {
-        if let Output::Stdout = self {
-            let _ = std::io::stdout().flush();
+        if let Output::Stdout(failed) = self {
+            if failed.borrow().is_none() {
+                if let Err(e) = std::io::stdout().flush() {
+                    *failed.borrow_mut() = Some(WriteFailure::from(&e));
+                }
+            }
+        }
+    }
+
+    /// Why standard output could not be written, if it could not.
+    pub fn failure(&self) -> Option<WriteFailure> {
+        match self {
+            Output::Stdout(failed) => failed.borrow().clone(),
+            Output::Buffer(_) => None,
+        }
+    }
+}
+
+impl WriteFailure {
+    fn from(e: &std::io::Error) -> WriteFailure {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            WriteFailure::Closed
+        } else {
+            WriteFailure::Error(os_message(e))
+        }
+    }
+
+    /// The message `vlad` reports (none for a closed pipe).
+    pub fn message(&self) -> String {
+        match self {
+            WriteFailure::Closed => "the output was closed".into(),
+            WriteFailure::Error(e) => format!("cannot write the output: {e}"),
         }
     }
 }
