@@ -322,6 +322,19 @@ static void vl_write(vl_buf *b, V v) {
   }
 }
 
+/* Standard output could not be written (a full disk, `> /dev/full`): said as the evaluator
+   says it (vlad-eval/src/io.rs, WriteFailure), status 1. A reader that went away (EPIPE,
+   where SIGPIPE is ignored) ends the program quietly, as SIGPIPE would. Checked after each
+   line the runtime prints, before an error message and at the end; the C library buffers, so
+   a failure shows at a flush. */
+static void vl_check_output(void) {
+  if (!ferror(stdout)) return;
+  int e = errno;
+  if (e == EPIPE) _exit(0);
+  fprintf(stderr, "vlad: error: cannot write the output: %s\n", strerror(e));
+  _exit(1);
+}
+
 static void vl_print_line(V v) {
   vl_buf b = {0, 0, 0};
   vl_put(&b, "");
@@ -329,6 +342,7 @@ static void vl_print_line(V v) {
   fputs(b.p, stdout);
   fputc('\n', stdout);
   free(b.p);
+  vl_check_output();
 }
 
 static double vl_write_real(double x) {
@@ -336,6 +350,7 @@ static double vl_write_real(double x) {
   vl_format_real(x, num);
   fputs(num, stdout);
   fputc('\n', stdout);
+  vl_check_output();
   return x;
 }
 
@@ -383,6 +398,7 @@ VL_SHARED int vl_site; /* the most recent call site in the user's program */
 
 static void vl_fail_at(int site, const char *message) {
   fflush(stdout);
+  vl_check_output();
   if (site < 0) site = vl_site;
   fprintf(stderr, "%s%s\n%s", vl_sites[site].prefix, message, vl_sites[site].excerpt);
   exit(1);
@@ -390,6 +406,7 @@ static void vl_fail_at(int site, const char *message) {
 /* A diagnostic rendered at compile time (an expansion error of a later top-level form). */
 static void vl_exit_diagnostic(const char *d) {
   fflush(stdout);
+  vl_check_output();
   fputs(d, stderr);
   exit(1);
 }
@@ -1172,6 +1189,7 @@ int main(void) {
   }
   else pthread_join(t, 0);
   fflush(stdout);
+  vl_check_output();
   /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed). */
   if (getenv("VLAD_ARENA_STATS")) {
     size_t bytes = 0;

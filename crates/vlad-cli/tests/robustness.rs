@@ -271,3 +271,51 @@ fn include_inside_multiform() {
         text(&o.stderr)
     );
 }
+
+/// Output that cannot be written (`> /dev/full`) is an error, reported the same way by both
+/// engines, with status 1; it was ignored (status 0). `check` and `compile` too. A program
+/// that writes without end stops at the first failure.
+#[test]
+fn write_errors_are_reported() {
+    let s = Scratch::new();
+    let small = s.file("small.vlad", b"(write-real 1)\n(+ 1 2)\n");
+    let endless = s.file(
+        "endless.vlad",
+        b"(define (loop i) (loop (write-real (+ i 1))))\n(loop 0)\n",
+    );
+    let full = || std::fs::File::create("/dev/full").expect("/dev/full (Linux)");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(args)
+            .current_dir(s.path())
+            .env("VLAD_CACHE_DIR", s.cache())
+            .stdin(Stdio::null())
+            .stdout(full())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run vlad");
+        (text(&o.stderr), o.status.code())
+    };
+    let expected = (
+        "vlad: error: cannot write the output: No space left on device\n".to_string(),
+        Some(1),
+    );
+    // Compiled first, so that the note about compiling is not part of what is compared.
+    assert!(s.vlad(&["run", &small], b"").status.success());
+    assert!(s
+        .vlad(&["compile", &endless, "--emit", "c"], b"")
+        .status
+        .success());
+    for args in [
+        vec!["run", &small],
+        vec!["run", "--interp", &small],
+        vec!["run", "--engine", "ir", &small],
+        vec!["run", &endless],
+        vec!["run", "--interp", &endless],
+        vec!["check", &small],
+        vec!["compile", &small, "--emit", "c"],
+        vec!["compile", &small, "--emit", "flow"],
+    ] {
+        assert_eq!(run(&args), expected, "{args:?}");
+    }
+}
