@@ -1,6 +1,6 @@
 //! `vlad compile`: the compiler pipeline as far as it exists (the flow analysis, issue 6).
 
-use crate::{prepare, report};
+use crate::{prepare, report, Source};
 use std::path::{Path, PathBuf};
 use vlad_flow::Analysis;
 use vlad_syntax::Diagnostic;
@@ -16,7 +16,7 @@ pub enum Emit {
 }
 
 pub fn compile(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     emit: Option<Emit>,
     output: Option<&Path>,
@@ -24,7 +24,7 @@ pub fn compile(
 ) -> u8 {
     let emit = match (emit, output) {
         (Some(Emit::C), _) | (None, Some(_)) => {
-            return compile_c(file, include, emit, output, opts)
+            return compile_c(source, include, emit, output, opts)
         }
         (Some(e), _) => e,
         (None, None) => Emit::Flow,
@@ -36,7 +36,7 @@ pub fn compile(
         );
         return 2;
     }
-    let (sources, exprs, mut ev) = match prepare(file, include, None) {
+    let (sources, exprs, mut ev) = match prepare(source, include, None) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -105,17 +105,20 @@ pub fn compile(
 
 /// `--emit c` (the C program, to `output` or standard output) or `-o` (an executable).
 fn compile_c(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     emit: Option<Emit>,
     output: Option<&Path>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    let c = match crate::native::generate_c(file, include, false) {
+    let c = match crate::native::generate_c(source, include, false) {
         Ok(c) => c,
         Err(crate::native::Failure::Program(code)) => return code,
         Err(crate::native::Failure::Unsupported(reason)) => {
-            eprintln!("vlad: cannot compile {} to C: {reason}", file.display());
+            eprintln!(
+                "vlad: cannot compile {} to C: {reason}",
+                source.path.display()
+            );
             return 1;
         }
         Err(crate::native::Failure::Evaluate(diagnostic)) => {

@@ -5,11 +5,11 @@ mod compile;
 mod native;
 
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vlad_core::Arena;
 use vlad_eval::Evaluator;
-use vlad_syntax::program::{build, load, TopExpr};
+use vlad_syntax::program::{build, load_str, TopExpr};
 use vlad_syntax::{Diagnostic, SourceMap};
 
 #[derive(Parser, Clone)]
@@ -121,11 +121,15 @@ fn dispatch(cli: Cli) -> u8 {
                 Engine::Native if max_steps.is_some() => Engine::Eval,
                 e => e,
             };
+            let source = match Source::read(&file) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
             if engine == Engine::Native {
                 let opts = native::CcOptions { native: !portable };
-                return run_native(&file, &include, opts);
+                return run_native(&source, &include, opts);
             }
-            run(&file, &include, max_steps, engine)
+            run(&source, &include, max_steps, engine)
         }
         Command::Check {
             file,
@@ -141,7 +145,10 @@ fn dispatch(cli: Cli) -> u8 {
                 );
                 return 2;
             }
-            check::check(&file, &include, max_steps, engine)
+            match Source::read(&file) {
+                Ok(source) => check::check(&source, &include, max_steps, engine),
+                Err(code) => code,
+            }
         }
         Command::Compile {
             file,
@@ -151,8 +158,50 @@ fn dispatch(cli: Cli) -> u8 {
             portable,
         } => {
             let opts = native::CcOptions { native: !portable };
-            compile::compile(&file, &include, emit, output.as_deref(), opts)
+            match Source::read(&file) {
+                Ok(source) => compile::compile(&source, &include, emit, output.as_deref(), opts),
+                Err(code) => code,
+            }
         }
+    }
+}
+
+/// A program's main file, read once: standard input (`-`), a pipe or `/dev/stdin` can be read
+/// only once, and `vlad run` loads a program more than once (for its cache key, then to
+/// compile it, then perhaps to evaluate it).
+pub(crate) struct Source {
+    /// The name in messages, and where `include` starts looking.
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl Source {
+    /// Reads `file` (`-`: standard input, named `<stdin>`); an error is reported, with the
+    /// exit code.
+    fn read(file: &Path) -> Result<Source, u8> {
+        let (path, text) = if file == Path::new("-") {
+            let mut text = String::new();
+            let read = std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text);
+            (PathBuf::from("<stdin>"), read.map(|_| text))
+        } else {
+            (file.to_path_buf(), std::fs::read_to_string(file))
+        };
+        match text {
+            Ok(text) => Ok(Source { path, text }),
+            Err(e) => {
+                eprintln!("vlad: error: cannot read {}: {e}", path.display());
+                Err(1)
+            }
+        }
+    }
+
+    /// Every file of the program, read into `sources` (`include`s spliced).
+    pub fn load(
+        &self,
+        sources: &mut SourceMap,
+        include: &[PathBuf],
+    ) -> Result<Vec<vlad_syntax::program::TopForm>, Diagnostic> {
+        load_str(sources, &self.path, &self.text, include)
     }
 }
 
@@ -164,13 +213,15 @@ pub(crate) fn report(d: &Diagnostic, sources: &SourceMap) -> u8 {
 /// Loads and expands a program and makes its evaluator. A load or expansion error of a
 /// definition is reported here and gives the exit code.
 pub(crate) fn prepare(
-    file: &std::path::Path,
+    source: &Source,
     include: &[PathBuf],
     max_steps: Option<u64>,
 ) -> Result<(SourceMap, Vec<TopExpr>, Evaluator), u8> {
     let mut sources = SourceMap::new();
     let mut arena = Arena::new();
-    let forms = load(&mut sources, file, include).map_err(|d| report(&d, &sources))?;
+    let forms = source
+        .load(&mut sources, include)
+        .map_err(|d| report(&d, &sources))?;
     let exprs = build(&mut arena, &forms).map_err(|d| report(&d, &sources))?;
     let mut ev = Evaluator::new(arena);
     ev.max_steps = max_steps;
@@ -218,21 +269,21 @@ pub(crate) fn evaluate(
 /// `vlad run` with native code: compile (or find in the cache) and run; fall back to the
 /// evaluator, with a one-line note, where the compiler cannot handle the program or the
 /// program is too large to compile quickly (`native::too_large`).
-fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptions) -> u8 {
+fn run_native(source: &Source, include: &[PathBuf], opts: native::CcOptions) -> u8 {
     // An unchanged program that compiled before runs at once: no analysis, no C. One found
     // too large runs in the evaluator at once.
-    let key = native::source_key(file, include, opts);
+    let key = native::source_key(source, include, opts);
     match key.as_deref().and_then(native::cached_by_source) {
         Some(native::SourceRecord::Executable(exe)) => match native::run_executable(&exe) {
             Ok(code) => return code,
             Err(e) => eprintln!("vlad: {e}; compiling again"),
         },
         Some(native::SourceRecord::Evaluator(reason)) => {
-            return run_evaluator(file, include, &reason)
+            return run_evaluator(source, include, &reason)
         }
         None => {}
     }
-    let reason = match native::generate_c(file, include, true) {
+    let reason = match native::generate_c(source, include, true) {
         Ok(c) => match native::too_large(&c) {
             Some(reason) => {
                 if let Some(k) = &key {
@@ -254,20 +305,20 @@ fn run_native(file: &std::path::Path, include: &[PathBuf], opts: native::CcOptio
             },
         },
         Err(native::Failure::Program(code)) => return code,
-        Err(native::Failure::Evaluate(_)) => return run(file, include, None, Engine::Eval),
+        Err(native::Failure::Evaluate(_)) => return run(source, include, None, Engine::Eval),
         Err(native::Failure::Unsupported(reason)) => reason,
     };
-    run_evaluator(file, include, &reason)
+    run_evaluator(source, include, &reason)
 }
 
 /// The evaluator's run of a program `vlad run` does not compile, after a one-line note.
-fn run_evaluator(file: &std::path::Path, include: &[PathBuf], reason: &str) -> u8 {
+fn run_evaluator(source: &Source, include: &[PathBuf], reason: &str) -> u8 {
     eprintln!("vlad: not compiled to native code ({reason}); running in the evaluator");
-    run(file, include, None, Engine::Eval)
+    run(source, include, None, Engine::Eval)
 }
 
-fn run(file: &std::path::Path, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {
-    let (sources, exprs, mut ev) = match prepare(file, include, max_steps) {
+fn run(source: &Source, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {
+    let (sources, exprs, mut ev) = match prepare(source, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
     };

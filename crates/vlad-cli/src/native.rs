@@ -4,7 +4,7 @@
 //! sources compiled to (`source_key`), so that running an unchanged program again skips the
 //! analysis too; a program too large to compile is recorded there as well.
 
-use crate::prepare;
+use crate::{prepare, Source};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,11 +37,11 @@ pub struct CcOptions {
 /// the program then reports the error, as the evaluator does when it gets there (`vlad run`);
 /// without, it is `Failure::Evaluate` (`vlad compile` rejects the program).
 pub fn generate_c(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     through_expansion_error: bool,
 ) -> Result<CProgram, Failure> {
-    let (sources, exprs, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
+    let (sources, exprs, mut ev) = prepare(source, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
@@ -347,9 +347,9 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
 /// compiler never reuses what its predecessor made), of the C compiler and its flags, of
 /// `VLAD_C_UNITS` and of the size limit (`c_size_limit`). `None` if the program does not load
 /// (the full path reports why) or this executable cannot be identified.
-pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<String> {
+pub fn source_key(source: &Source, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
-    vlad_syntax::program::load(&mut sources, file, include).ok()?;
+    source.load(&mut sources, include).ok()?;
     let exe = std::env::current_exe().ok()?;
     let meta = std::fs::metadata(&exe).ok()?;
     let modified = meta

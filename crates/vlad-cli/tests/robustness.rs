@@ -319,3 +319,44 @@ fn write_errors_are_reported() {
         assert_eq!(run(&args), expected, "{args:?}");
     }
 }
+
+/// `echo '(+ 1 2)' | vlad run /dev/stdin` printed nothing: `vlad run` read the file once for
+/// its cache key and again to compile it, and the second read found standard input empty.
+/// `-` names standard input too; both work in every command and engine.
+#[test]
+fn programs_can_come_from_standard_input() {
+    let s = Scratch::new();
+    for file in ["-", "/dev/stdin"] {
+        for args in [
+            vec!["run", file],
+            vec!["run", "--interp", file],
+            vec!["check", file],
+        ] {
+            let o = s.vlad(&args, b"(+ 1 2) ===> 3\n");
+            let expected = if args[0] == "check" {
+                "1 passed, 0 failed\n"
+            } else {
+                "3\n"
+            };
+            assert_eq!(
+                outcome(&o),
+                (expected.into(), String::new(), Some(0)),
+                "{args:?}"
+            );
+        }
+        let o = s.vlad(&["compile", file, "--emit", "c"], b"(+ 1 2)\n");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(text(&o.stdout).contains("int main"), "compile {file}");
+    }
+    // Errors name standard input.
+    for engine in [&["run", "-"][..], &["run", "--interp", "-"][..]] {
+        let o = s.vlad(engine, b"(+ 1 2)\n(car 1)\n");
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(text(&o.stdout), "3\n");
+        assert!(
+            text(&o.stderr).starts_with("<stdin>:2:2: error: unbound variable `car`"),
+            "{engine:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
