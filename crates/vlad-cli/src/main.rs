@@ -87,16 +87,67 @@ enum Command {
 /// risk an overflow on legitimate programs such as a million-deep non-tail recursion.
 const STACK_BYTES: usize = 1 << 33;
 
+/// The system allocator, but for what happens when it fails: Rust's default is to abort with
+/// `memory allocation of N bytes failed` (and a core dump); `vlad` reports running out of
+/// memory and exits as a compiled program does (`runtime.c`: the same message and status).
+struct Allocator;
+
+// SAFETY: every call is the system allocator's, with the same arguments; only a null result,
+// which would be returned to a caller that then aborts, instead ends the process.
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, size) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Allocator = Allocator;
+
+/// Says that memory ran out and exits with status 70, as compiled programs do. Allocates
+/// nothing: a constant message, written unbuffered; `exit` flushes what the program printed.
+fn out_of_memory() -> ! {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(b"vlad: out of memory\n");
+    std::process::exit(70)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // A system that will not reserve the large stack still gets a thread with a smaller one.
-    let worker = [STACK_BYTES, 1 << 30].into_iter().find_map(|bytes| {
-        let cli = cli.clone();
-        std::thread::Builder::new()
-            .stack_size(bytes)
-            .spawn(move || dispatch(cli))
-            .ok()
-    });
+    // A system that will not reserve the large stack (a limit on address space, `ulimit -v`)
+    // still gets a thread with a smaller one.
+    let worker = [STACK_BYTES, 1 << 30, 1 << 26]
+        .into_iter()
+        .find_map(|bytes| {
+            let cli = cli.clone();
+            std::thread::Builder::new()
+                .stack_size(bytes)
+                .spawn(move || dispatch(cli))
+                .ok()
+        });
     match worker.map(|h| h.join()) {
         Some(Ok(code)) => ExitCode::from(code),
         _ => {

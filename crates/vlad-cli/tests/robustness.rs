@@ -360,3 +360,41 @@ fn programs_can_come_from_standard_input() {
         );
     }
 }
+
+/// Running out of memory in the evaluator ended in Rust's abort (`memory allocation of N
+/// bytes failed`, a core dump, status 134; under this test's limit `vlad` could not even make
+/// its thread, and said `internal error`); it is reported as compiled code reports it.
+#[test]
+fn running_out_of_memory_is_reported_in_both_engines() {
+    let s = Scratch::new();
+    let file = s.file(
+        "grow.vlad",
+        b"(write-real 1)\n(define (grow n acc) (grow (+ n 1) (cons n acc)))\n(grow 0 '())\n",
+    );
+    // Compiled without the limit (the C compiler needs more memory than the program is
+    // allowed), run under it.
+    let exe = s.path().join("grow");
+    let c = s.vlad(&["compile", &file, "-o", exe.to_str().expect("UTF-8")], b"");
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    let limited = |program: &Path, args: &[&str]| {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 400000 && exec \"$0\" \"$@\"")
+            .arg(program)
+            .args(args)
+            .current_dir(s.path())
+            .env("VLAD_CACHE_DIR", s.cache())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run under a memory limit");
+        outcome(&o)
+    };
+    let expected = (
+        "1\n1\n".to_string(),
+        "vlad: out of memory\n".to_string(),
+        Some(70),
+    );
+    let vlad = Path::new(env!("CARGO_BIN_EXE_vlad"));
+    assert_eq!(limited(vlad, &["run", "--interp", &file]), expected);
+    assert_eq!(limited(&exe, &[]), expected);
+}
