@@ -324,10 +324,12 @@ fn run_native(source: &Source, include: &[PathBuf], opts: native::CcOptions) -> 
     // An unchanged program that compiled before runs at once: no analysis, no C. One found
     // too large runs in the evaluator at once.
     let key = native::source_key(source, include, opts);
+    // A cached executable that cannot be run is compiled again (once).
+    let mut fresh = false;
     match key.as_deref().and_then(native::cached_by_source) {
         Some(native::SourceRecord::Executable(exe)) => match native::run_executable(&exe) {
             Ok(code) => return code,
-            Err(e) => eprintln!("vlad: {e}; compiling again"),
+            Err(_) => fresh = true,
         },
         Some(native::SourceRecord::Evaluator(reason)) => {
             return run_evaluator(source, include, &reason)
@@ -342,12 +344,12 @@ fn run_native(source: &Source, include: &[PathBuf], opts: native::CcOptions) -> 
                 }
                 reason
             }
-            None => match native::cached_executable(&native::units(&c), opts) {
+            None => match native::cached_executable(&native::units(&c), opts, fresh) {
                 Ok(exe) => {
                     if let Some(k) = &key {
                         native::remember_source(k, &exe);
                     }
-                    match native::run_executable(&exe) {
+                    match native::run_executable(&exe.path) {
                         Ok(code) => return code,
                         Err(e) => e,
                     }

@@ -300,16 +300,46 @@ pub fn compile_c(units: &[String], out: &Path, opts: CcOptions) -> Result<(), St
             return Err(format!("linking with `{cc}` failed: {first}"));
         }
     }
-    // Copy then rename, so a concurrent run never sees a half-written executable.
+    // Copy then rename, so a concurrent run never sees a half-written executable; what is
+    // left of the copy if either fails is removed.
     let partial = out.with_extension(format!("partial{}", std::process::id()));
-    std::fs::copy(&exe, &partial)
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    std::fs::rename(&partial, out).map_err(|e| format!("cannot write {}: {e}", out.display()))
+    let written = std::fs::copy(&exe, &partial)
+        .map_err(|e| format!("cannot write {}: {e}", partial.display()))
+        .and_then(|_| {
+            std::fs::rename(&partial, out)
+                .map_err(|e| format!("cannot write {}: {e}", out.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 /// Where compiled programs are kept: `$VLAD_CACHE_DIR`, else `$XDG_CACHE_HOME/vlad`, else
-/// `~/.cache/vlad`, else the system's temporary directory.
-fn cache_dir() -> PathBuf {
+/// `~/.cache/vlad`, else `vlad-cache-UID` in the system's temporary directory (private to
+/// the user: it was one `vlad-cache` for every user, who could plant executables there for
+/// the others to run). Made if need be (mode 0700); `None`, after a note saying why, where it
+/// cannot be used safely: `vlad run` runs the executables it holds, so it must be a directory
+/// of this user's that no one else can write. Checked once per run.
+fn cache_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = cache_path();
+        match private_dir(&dir) {
+            Ok(()) => Some(dir),
+            Err(why) => {
+                eprintln!(
+                    "vlad: not using the cache directory {}: {why}; compiling without it",
+                    dir.display()
+                );
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+fn cache_path() -> PathBuf {
     if let Some(d) = std::env::var_os("VLAD_CACHE_DIR") {
         return PathBuf::from(d);
     }
@@ -319,12 +349,57 @@ fn cache_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME") {
         return PathBuf::from(h).join(".cache").join("vlad");
     }
-    std::env::temp_dir().join("vlad-cache")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("vlad-cache-{uid}"))
+}
+
+/// Makes `dir` if it does not exist (its parents as usual, itself with mode 0700), and checks
+/// that it is a directory (a link to one is followed) owned by this user that neither its
+/// group nor others can write.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot make it: {e}"))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make it: {e}")),
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    // SAFETY: as in cache_path.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        Err("it is not a directory".into())
+    } else if meta.uid() != uid {
+        Err(format!("it belongs to another user (uid {})", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Err(format!(
+            "others can write to it (mode {:o}; chmod go-w makes it private)",
+            meta.mode() & 0o777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// An executable compiled for `vlad run`: in the cache, or in a temporary directory (removed
+/// with this) when there is no usable cache.
+pub struct Executable {
+    pub path: PathBuf,
+    scratch: Option<tempfile::TempDir>,
 }
 
 /// The executable of this C program (its translation units), compiled now or found in the
-/// cache.
-pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, String> {
+/// cache. A cached executable that is not whole (`whole`: truncated, damaged, no longer
+/// executable) is compiled again, and so is one that `fresh` asks to replace (it could not
+/// be run).
+pub fn cached_executable(
+    units: &[String],
+    opts: CcOptions,
+    fresh: bool,
+) -> Result<Executable, String> {
     let mut h = Sha256::new();
     for unit in units {
         h.update(unit.as_bytes());
@@ -332,14 +407,62 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
     }
     hash_c_compiler(&mut h, opts);
     let digest = hex(h);
-    let dir = cache_dir();
+    let Some(dir) = cache_dir() else {
+        let scratch =
+            tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+        let path = scratch.path().join("program");
+        compile_c(units, &path, opts)?;
+        return Ok(Executable {
+            path,
+            scratch: Some(scratch),
+        });
+    };
     let exe = dir.join(&digest[..32]);
-    if exe.is_file() {
-        return Ok(exe);
+    if fresh || !whole(&exe) {
+        discard(&exe);
+        compile_c(units, &exe, opts)?;
+        record_whole(&exe);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    compile_c(units, &exe, opts)?;
-    Ok(exe)
+    Ok(Executable {
+        path: exe,
+        scratch: None,
+    })
+}
+
+/// The record that a cached executable is whole: the SHA-256 of its bytes, written beside it
+/// (`NAME.sum`) once it is in place.
+fn sum_path(exe: &Path) -> PathBuf {
+    exe.with_extension("sum")
+}
+
+fn record_whole(exe: &Path) {
+    if let Ok(bytes) = std::fs::read(exe) {
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        write_atomically(&sum_path(exe), &hex(h));
+    }
+}
+
+/// Is the cached executable `exe` as it was written: executable, and of the bytes its sum
+/// records? A truncated one (a full disk, a killed copy) made every later run die of a
+/// segmentation fault; one that cannot be run sent every run to the evaluator.
+fn whole(exe: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable =
+        std::fs::metadata(exe).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o100 != 0);
+    let (Ok(recorded), Ok(bytes)) = (std::fs::read_to_string(sum_path(exe)), std::fs::read(exe))
+    else {
+        return false;
+    };
+    let mut h = Sha256::new();
+    h.update(&bytes);
+    executable && hex(h) == recorded.trim()
+}
+
+/// Removes a cached executable and its sum (those that exist).
+fn discard(exe: &Path) {
+    let _ = std::fs::remove_file(exe);
+    let _ = std::fs::remove_file(sum_path(exe));
 }
 
 /// The key of a program in the source cache: a hash of every file it loads (paths and texts),
@@ -398,9 +521,10 @@ pub enum SourceRecord {
 }
 
 /// What the source cache records for the program of source key `key`, if anything that is
-/// still valid (an executable that is gone is ignored).
+/// still valid (an executable that is gone or not whole is ignored: compiling finds or
+/// replaces it).
 pub fn cached_by_source(key: &str) -> Option<SourceRecord> {
-    let dir = cache_dir();
+    let dir = cache_dir()?;
     let record = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
     if let Some(reason) = record.strip_prefix("evaluator ") {
         return Some(SourceRecord::Evaluator(reason.trim().to_string()));
@@ -408,14 +532,16 @@ pub fn cached_by_source(key: &str) -> Option<SourceRecord> {
     let name = record.trim();
     let exe = dir.join(name);
     // Only a name of the executable cache: the record cannot point elsewhere.
-    (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) && exe.is_file())
+    (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) && whole(&exe))
         .then_some(SourceRecord::Executable(exe))
 }
 
 /// Records that the program of source key `key` compiled to `exe` (in the cache directory).
-pub fn remember_source(key: &str, exe: &Path) {
-    if let Some(name) = exe.file_name() {
-        write_record(key, &name.to_string_lossy());
+pub fn remember_source(key: &str, exe: &Executable) {
+    if exe.scratch.is_none() {
+        if let Some(name) = exe.path.file_name() {
+            write_record(key, &name.to_string_lossy());
+        }
     }
 }
 
@@ -424,17 +550,21 @@ pub fn remember_evaluator(key: &str, reason: &str) {
     write_record(key, &format!("evaluator {}", reason.replace('\n', " ")));
 }
 
-/// Writes a source-cache record to a temporary name and renames it, so a concurrent reader
-/// sees all of it or nothing.
 fn write_record(key: &str, text: &str) {
-    let dir = cache_dir();
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
+    if let Some(dir) = cache_dir() {
+        write_atomically(&dir.join(format!("{}.src", &key[..32])), text);
     }
-    let record = dir.join(format!("{}.src", &key[..32]));
-    let partial = dir.join(format!("{}.src.{}", &key[..32], std::process::id()));
-    if std::fs::write(&partial, text.as_bytes()).is_ok() {
-        let _ = std::fs::rename(&partial, &record);
+}
+
+/// Writes a file of the cache under a temporary name and renames it, so a concurrent reader
+/// sees all of it or nothing.
+fn write_atomically(path: &Path, text: &str) {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    if std::fs::write(&partial, text.as_bytes()).is_ok() && std::fs::rename(&partial, path).is_err()
+    {
+        let _ = std::fs::remove_file(&partial);
     }
 }
 

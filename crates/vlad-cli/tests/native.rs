@@ -380,8 +380,8 @@ fn second_run_uses_the_cache() {
     let first = entries();
     assert_eq!(
         first.len(),
-        2,
-        "one executable and its source record: {first:?}"
+        3,
+        "one executable, its sum and its source record: {first:?}"
     );
     assert_eq!(
         first

@@ -398,3 +398,140 @@ fn running_out_of_memory_is_reported_in_both_engines() {
     assert_eq!(limited(vlad, &["run", "--interp", &file]), expected);
     assert_eq!(limited(&exe, &[]), expected);
 }
+
+/// The cached executable of `file` (the one file in the cache without an extension).
+fn cached_executable(cache: &Path) -> PathBuf {
+    let exes: Vec<PathBuf> = std::fs::read_dir(cache)
+        .expect("the cache directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_none())
+        .collect();
+    assert_eq!(exes.len(), 1, "{exes:?}");
+    exes[0].clone()
+}
+
+/// A damaged executable in the cache is compiled again: a truncated one made every later run
+/// die of a segmentation fault, and one that could not be run sent every run to the
+/// evaluator ("compiling again" found the same file).
+#[test]
+fn broken_cache_entries_are_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let file = s.file("prog.vlad", b"(define (f x) (* x (real 2)))\n(f 21)\n");
+    let first = s.vlad(&["run", &file], b"");
+    assert_eq!(outcome(&first), ("42\n".into(), String::new(), Some(0)));
+    let exe = cached_executable(&s.cache());
+    let bytes = std::fs::read(&exe).expect("the executable");
+    let damage: [(&str, &dyn Fn()); 3] = [
+        ("truncated", &|| {
+            std::fs::write(&exe, &bytes[..bytes.len() / 2]).unwrap()
+        }),
+        ("not executable", &|| {
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o644)).unwrap()
+        }),
+        ("another program", &|| {
+            std::fs::write(&exe, b"#!/bin/sh\necho 0\n").unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap()
+        }),
+    ];
+    for (what, damage) in damage {
+        damage();
+        let again = s.vlad(&["run", &file], b"");
+        assert_eq!(
+            outcome(&again),
+            ("42\n".into(), String::new(), Some(0)),
+            "{what}"
+        );
+        assert_eq!(std::fs::read(&exe).expect("replaced"), bytes, "{what}");
+    }
+}
+
+/// Without a cache directory of the user's own (`VLAD_CACHE_DIR`, `XDG_CACHE_HOME` and
+/// `HOME` unset), the cache is `vlad-cache-UID` in the temporary directory, private to the
+/// user (mode 0700). It was `vlad-cache`, shared by every user. One that others can write
+/// (or that another user owns) is not used: the program is compiled and run without it.
+#[test]
+fn the_fallback_cache_is_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = Scratch::new();
+    let file = s.file("prog.vlad", b"(+ 1 (real 2))\n");
+    let tmp = s.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("a temporary directory");
+    let run = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(["run", &file])
+            .current_dir(s.path())
+            .env_remove("VLAD_CACHE_DIR")
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("HOME")
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vlad");
+        outcome(&o)
+    };
+    assert_eq!(run(), ("3\n".into(), String::new(), Some(0)));
+    let made: Vec<PathBuf> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    let cache = &made[0];
+    let meta = std::fs::metadata(cache).unwrap();
+    let me = std::fs::metadata(s.path()).unwrap().uid();
+    assert_eq!(
+        cache.file_name().unwrap().to_string_lossy(),
+        format!("vlad-cache-{me}")
+    );
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    assert_eq!(meta.uid(), me);
+    // Opened to others: not used, and not trusted (the cached executable is not run).
+    std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe = cached_executable(cache);
+    std::fs::write(&exe, b"#!/bin/sh\necho planted\n").unwrap();
+    let (out, err, code) = run();
+    assert_eq!((out.as_str(), code), ("3\n", Some(0)));
+    assert!(
+        err.starts_with("vlad: not using the cache directory ")
+            && err.contains("others can write to it"),
+        "{err}"
+    );
+    // Another user's (only root can make one here).
+    if me == 0 {
+        std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(cache, Some(65534), None).unwrap();
+        let (out, err, _) = run();
+        assert_eq!(out, "3\n");
+        assert!(err.contains("it belongs to another user"), "{err}");
+    }
+}
+
+/// `vlad compile -o DIR`, DIR a directory, is an error that leaves nothing behind (it left
+/// `DIR.partialPID`).
+#[test]
+fn compiling_onto_a_directory_leaves_nothing() {
+    let s = Scratch::new();
+    let file = s.file("prog.vlad", b"(+ 1 2)\n");
+    std::fs::create_dir(s.path().join("out")).unwrap();
+    let before: Vec<_> = std::fs::read_dir(s.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let o = s.vlad(&["compile", &file, "-o", "out"], b"");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).starts_with("vlad: cannot write out"),
+        "{}",
+        text(&o.stderr)
+    );
+    let mut after: Vec<_> = std::fs::read_dir(s.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    after.retain(|p| p.file_name().is_some_and(|n| n != "cache"));
+    let mut before = before;
+    before.retain(|p| p.file_name().is_some_and(|n| n != "cache"));
+    before.sort();
+    after.sort();
+    assert_eq!(after, before);
+}
