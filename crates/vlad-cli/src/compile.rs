@@ -45,7 +45,11 @@ pub fn compile(
         None => "?".to_string(),
     };
     let mut analysis = Analysis::new(&mut ev);
-    analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
+    let deadline = std::time::Instant::now() + crate::native::analysis_time_limit();
+    analysis.budget = Some(std::rc::Rc::new(move || {
+        (std::time::Instant::now() > deadline)
+            .then(|| "the flow analysis ran out of time".to_string())
+    }));
     let mut results = Vec::new();
     for te in &exprs {
         let core = match &te.core {

@@ -49,7 +49,11 @@ pub fn generate_c(
     let mut entries = Vec::new();
     let mut final_error = None;
     let mut analysis = Analysis::new(&mut ev);
-    analysis.deadline = Some(std::time::Instant::now() + analysis_time_limit());
+    let deadline = std::time::Instant::now() + analysis_time_limit();
+    analysis.budget = Some(std::rc::Rc::new(move || {
+        (std::time::Instant::now() > deadline)
+            .then(|| "the flow analysis ran out of time".to_string())
+    }));
     for te in &exprs {
         let core = match &te.core {
             Ok(c) => *c,
