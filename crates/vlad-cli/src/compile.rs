@@ -44,12 +44,9 @@ pub fn compile(
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
+    let meter = crate::budget::Meter::analysis();
     let mut analysis = Analysis::new(&mut ev);
-    let deadline = std::time::Instant::now() + crate::native::analysis_time_limit();
-    analysis.budget = Some(std::rc::Rc::new(move || {
-        (std::time::Instant::now() > deadline)
-            .then(|| "the flow analysis ran out of time".to_string())
-    }));
+    analysis.budget = Some(meter.budget());
     let mut results = Vec::new();
     for te in &exprs {
         let core = match &te.core {
@@ -65,7 +62,7 @@ pub fn compile(
                 if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
                     eprint!("{}", analysis.show(&place));
                 }
-                let (span, message) = crate::native::analysis_error(&sources, &e, te.span);
+                let (span, message) = crate::native::analysis_error(&sources, &e, te.span, &meter);
                 return report(
                     &Diagnostic::new(span, format!("cannot compile: {message}")),
                     &sources,
@@ -90,7 +87,8 @@ pub fn compile(
             let program = match analysis.specialise(&entries) {
                 Ok(p) => p,
                 Err(e) => {
-                    let (span, message) = crate::native::analysis_error(&sources, &e, e.span);
+                    let (span, message) =
+                        crate::native::analysis_error(&sources, &e, e.span, &meter);
                     return report(
                         &Diagnostic::new(span, format!("cannot compile: {message}")),
                         &sources,
@@ -115,10 +113,18 @@ fn compile_c(
     output: Option<&Path>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    let c = match crate::native::generate_c(source, include, false) {
+    let c = match crate::native::generate_c(
+        source,
+        include,
+        false,
+        &crate::budget::Meter::analysis(),
+    ) {
         Ok(c) => c,
         Err(crate::native::Failure::Program(code)) => return code,
-        Err(crate::native::Failure::Unsupported(reason)) => {
+        Err(
+            crate::native::Failure::Unsupported(reason)
+            | crate::native::Failure::OverBudget(reason, _),
+        ) => {
             eprintln!(
                 "vlad: cannot compile {} to C: {reason}",
                 source.path.display()

@@ -1,5 +1,6 @@
 //! `vlad`: run and check VLAD programs.
 
+mod budget;
 mod check;
 mod compile;
 mod native;
@@ -318,56 +319,213 @@ pub(crate) fn evaluate(
 }
 
 /// `vlad run` with native code: compile (or find in the cache) and run; fall back to the
-/// evaluator, with a one-line note, where the compiler cannot handle the program or the
-/// program is too large to compile quickly (`native::too_large`).
+/// evaluator, with a one-line note, where the compiler cannot handle the program or compiling
+/// it would cost more than the compile budget (`budget::compile_budget`: the analysis's time
+/// and memory, the C's size, the C compiler's predicted time).
 fn run_native(source: &Source, include: &[PathBuf], opts: native::CcOptions) -> u8 {
     // An unchanged program that compiled before runs at once: no analysis, no C. One found
-    // too large runs in the evaluator at once.
+    // too costly runs in the evaluator at once.
     let key = native::source_key(source, include, opts);
     // A cached executable that cannot be run is compiled again (once).
     let mut fresh = false;
+    let mut budget = budget::compile_budget();
     match key.as_deref().and_then(native::cached_by_source) {
         Some(native::SourceRecord::Executable(exe)) => match native::run_executable(&exe) {
             Ok(code) => return code,
             Err(_) => fresh = true,
         },
         Some(native::SourceRecord::Evaluator(reason)) => {
-            return run_evaluator(source, include, &reason)
+            return run_evaluator(source, include, &reason, None)
         }
+        Some(native::SourceRecord::Costly { cost, reason }) => {
+            let key = key.as_deref().map(|k| (k, cost));
+            return run_evaluator(source, include, &reason, key);
+        }
+        Some(native::SourceRecord::Compile { budget: b }) => budget = budget.max(b),
         None => {}
     }
-    let reason = match native::generate_c(source, include, true) {
-        Ok(c) => match native::too_large(&c) {
-            Some(reason) => {
-                if let Some(k) = &key {
-                    native::remember_evaluator(k, &reason);
-                }
-                reason
+    let progress = Progress::after(std::time::Duration::from_secs(2), source);
+    let meter = budget::Meter::run(budget);
+    let compiled = compile_for_run(source, include, opts, fresh, &meter, budget);
+    drop(progress);
+    let (reason, costly) = match compiled {
+        Ok(exe) => {
+            if let Some(k) = &key {
+                native::remember_source(k, &exe);
             }
-            None => match native::cached_executable(&native::units(&c), opts, fresh) {
-                Ok(exe) => {
-                    if let Some(k) = &key {
-                        native::remember_source(k, &exe);
-                    }
-                    match native::run_executable(&exe.path) {
-                        Ok(code) => return code,
-                        Err(e) => e,
-                    }
-                }
-                Err(e) => e,
-            },
-        },
-        Err(native::Failure::Program(code)) => return code,
-        Err(native::Failure::Evaluate(_)) => return run(source, include, None, Engine::Eval),
-        Err(native::Failure::Unsupported(reason)) => reason,
+            match native::run_executable(&exe.path) {
+                Ok(code) => return code,
+                Err(e) => (e, None),
+            }
+        }
+        Err(Fallback::Program(code)) => return code,
+        Err(Fallback::Evaluate) => return run(source, include, None, Engine::Eval),
+        Err(Fallback::Unsupported(reason)) => (reason, None),
+        Err(Fallback::Lasting(reason)) => {
+            if let Some(k) = &key {
+                native::remember_evaluator(k, &reason);
+            }
+            (reason, None)
+        }
+        Err(Fallback::Costly {
+            reason,
+            cost,
+            lasting,
+        }) => {
+            if let (Some(k), true) = (&key, lasting) {
+                native::remember_costly(k, cost, &reason);
+            }
+            (
+                reason,
+                key.as_deref().filter(|_| lasting).map(|k| (k, cost)),
+            )
+        }
     };
-    run_evaluator(source, include, &reason)
+    run_evaluator(source, include, &reason, costly)
 }
 
-/// The evaluator's run of a program `vlad run` does not compile, after a one-line note.
-fn run_evaluator(source: &Source, include: &[PathBuf], reason: &str) -> u8 {
+/// Why `vlad run` does not run a program natively.
+enum Fallback {
+    /// It does not load or expand: reported, with this exit code.
+    Program(u8),
+    /// A top-level form does not expand: the evaluator runs the program up to it.
+    Evaluate,
+    /// The compiler cannot handle it (yet), or the C compiler failed.
+    Unsupported(String),
+    /// Its C is larger than `VLAD_MAX_C_MB`, or its analysis needs more memory than it may
+    /// have: recorded, for as long as the limits are those of the source key.
+    Lasting(String),
+    /// Compiling it would cost at least `cost` CPU seconds, more than the budget; `lasting`
+    /// unless a busy machine decided it (the wall-clock limit).
+    Costly {
+        reason: String,
+        cost: f64,
+        lasting: bool,
+    },
+}
+
+/// Compiles `source` for `vlad run` within `budget` CPU seconds: the analysis stops at its
+/// share of the budget (or its memory limit), and the C is compiled only if what has been
+/// spent plus the C compiler's predicted time fits.
+fn compile_for_run(
+    source: &Source,
+    include: &[PathBuf],
+    opts: native::CcOptions,
+    fresh: bool,
+    meter: &budget::Meter,
+    budget: f64,
+) -> Result<native::Executable, Fallback> {
+    let c = match native::generate_c(source, include, true, meter) {
+        Ok(c) => c,
+        Err(native::Failure::Program(code)) => return Err(Fallback::Program(code)),
+        Err(native::Failure::Evaluate(_)) => return Err(Fallback::Evaluate),
+        Err(native::Failure::Unsupported(reason)) => return Err(Fallback::Unsupported(reason)),
+        // More time would not give the analysis more memory.
+        Err(native::Failure::OverBudget(reason, budget::Spent::Memory { .. })) => {
+            return Err(Fallback::Lasting(reason));
+        }
+        Err(native::Failure::OverBudget(reason, spent)) => {
+            return Err(Fallback::Costly {
+                reason,
+                // The analysis alone took its share: compiling costs at least the budget.
+                cost: budget,
+                lasting: spent.lasting(),
+            });
+        }
+    };
+    if let Some(reason) = native::too_large(&c) {
+        return Err(Fallback::Lasting(reason));
+    }
+    let cost = meter.cpu_used() + native::predicted_cc_seconds(c.function_bytes());
+    if cost > budget {
+        return Err(Fallback::Costly {
+            reason: format!(
+                "compiling it would take about {} s of CPU time, more than the {} s `vlad run` \
+                 spends (VLAD_COMPILE_BUDGET_SECS); `vlad compile FILE -o PROG` compiles it",
+                seconds(cost),
+                seconds(budget)
+            ),
+            cost,
+            lasting: true,
+        });
+    }
+    native::cached_executable(&native::units(&c), opts, fresh).map_err(Fallback::Unsupported)
+}
+
+/// Seconds for a message: whole ones, or tenths below ten.
+fn seconds(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// "compiling…" on standard error once a compilation has taken `after`, so that a user
+/// waiting on it knows why; only where standard error is a terminal (`VLAD_PROGRESS=1`
+/// always, `0` never), since it is not the program's output.
+struct Progress {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn after(after: std::time::Duration, source: &Source) -> Progress {
+        use std::io::IsTerminal;
+        let show = match std::env::var("VLAD_PROGRESS").ok().as_deref() {
+            Some("1") => true,
+            Some("0") => false,
+            _ => std::io::stderr().is_terminal(),
+        };
+        if !show {
+            return Progress {
+                done: None,
+                thread: None,
+            };
+        }
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let name = source.path.display().to_string();
+        let thread = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
+                eprintln!("vlad: compiling {name}\u{2026}");
+            }
+        });
+        Progress {
+            done: Some(done),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The evaluator's run of a program `vlad run` does not compile, after a one-line note. For a
+/// program found too costly to compile (`costly`: its source key and the cost), a run that
+/// takes longer than compiling would have cost has the next run compile it, with twice that
+/// budget: compiling then pays for itself, and a program that runs briefly is never compiled
+/// at a cost many times its run.
+fn run_evaluator(
+    source: &Source,
+    include: &[PathBuf],
+    reason: &str,
+    costly: Option<(&str, f64)>,
+) -> u8 {
     eprintln!("vlad: not compiled to native code ({reason}); running in the evaluator");
-    run(source, include, None, Engine::Eval)
+    let start = budget::cpu_seconds();
+    let code = run(source, include, None, Engine::Eval);
+    if let Some((key, cost)) = costly {
+        if budget::cpu_seconds() - start > cost {
+            native::remember_compile(key, 2.0 * cost);
+        }
+    }
+    code
 }
 
 fn run(source: &Source, include: &[PathBuf], max_steps: Option<u64>, engine: Engine) -> u8 {

@@ -4,6 +4,7 @@
 //! sources compiled to (`source_key`), so that running an unchanged program again skips the
 //! analysis too; a program too large to compile is recorded there as well.
 
+use crate::budget::Meter;
 use crate::{prepare, Source};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,8 @@ pub enum Failure {
     /// evaluator run the program up to it and report it there (no note: this is not a limit
     /// of the compiler); `vlad compile` reports it.
     Evaluate(String),
+    /// The analysis reached a limit of its meter (the reason, on one line, and which).
+    OverBudget(String, crate::budget::Spent),
 }
 
 /// Options of the C compilation.
@@ -40,6 +43,7 @@ pub fn generate_c(
     source: &Source,
     include: &[PathBuf],
     through_expansion_error: bool,
+    meter: &Meter,
 ) -> Result<CProgram, Failure> {
     let (sources, exprs, mut ev) = prepare(source, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
@@ -49,11 +53,11 @@ pub fn generate_c(
     let mut entries = Vec::new();
     let mut final_error = None;
     let mut analysis = Analysis::new(&mut ev);
-    let deadline = std::time::Instant::now() + analysis_time_limit();
-    analysis.budget = Some(std::rc::Rc::new(move || {
-        (std::time::Instant::now() > deadline)
-            .then(|| "the flow analysis ran out of time".to_string())
-    }));
+    analysis.budget = Some(meter.budget());
+    let failure = |message: String| match meter.spent() {
+        Some(spent) => Failure::OverBudget(message, spent),
+        None => Failure::Unsupported(message),
+    };
     for te in &exprs {
         let core = match &te.core {
             Ok(c) => *c,
@@ -65,14 +69,14 @@ pub fn generate_c(
             Err(d) => return Err(Failure::Evaluate(d.render(&sources))),
         };
         let k = analysis.analyse(core).map_err(|e| {
-            let (span, message) = analysis_error(&sources, &e, te.span);
-            Failure::Unsupported(format!("{}: {message}", place(span)))
+            let (span, message) = analysis_error(&sources, &e, te.span, meter);
+            failure(format!("{}: {message}", place(span)))
         })?;
         entries.push(k);
     }
     let program = analysis.specialise(&entries).map_err(|e| {
-        let (span, message) = analysis_error(&sources, &e, e.span);
-        Failure::Unsupported(format!("{}: {message}", place(span)))
+        let (span, message) = analysis_error(&sources, &e, e.span, meter);
+        failure(format!("{}: {message}", place(span)))
     })?;
     let render = |span: vlad_core::Span| render_site(&sources, span);
     vlad_backend_c::generate(&mut analysis, &program, &render, final_error.as_deref())
@@ -115,41 +119,41 @@ fn bytes(n: usize) -> String {
     }
 }
 
-/// How long the flow analysis may take (`vlad run` then runs the program in the evaluator;
-/// `vlad compile` reports it): `VLAD_ANALYSIS_TIMEOUT_SECS`, default 20 s (every example needs
-/// well under 1 s).
-pub(crate) fn analysis_time_limit() -> std::time::Duration {
-    let secs = std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    std::time::Duration::from_secs(secs)
-}
-
-/// Where and what to report for an analysis error: an error placed in built-in code (the
-/// time limit, say) is placed at `fallback`, the top-level expression whose analysis it
-/// stopped; a time-out says how to raise the limit.
+/// Where and what to report for an analysis error: an error placed in built-in code (a
+/// limit of the meter, say) is placed at `fallback`, the top-level expression whose analysis
+/// it stopped; a limit reached says which, and how to raise it.
 pub(crate) fn analysis_error(
     sources: &SourceMap,
     e: &vlad_flow::FlowError,
     fallback: vlad_core::Span,
+    meter: &Meter,
 ) -> (vlad_core::Span, String) {
     let span = if sources.location(e.span).is_some() {
         e.span
     } else {
         fallback
     };
-    let message = if e.message.contains("ran out of time") {
-        format!(
-            "{}, after {} s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)",
-            e.message,
-            analysis_time_limit().as_secs()
-        )
-    } else {
-        e.message.clone()
+    let message = match meter.spent() {
+        Some(spent) => format!("{}{}", e.message, spent.explain()),
+        None => e.message.clone(),
     };
     (span, message)
 }
+
+/// The C compiler's CPU time for a program of `function_bytes` of generated functions,
+/// predicted: what compiling the runtime costs, and the rest at the rate GCC compiles
+/// generated functions at `-O3` (measured on the examples and tests, 57 to 92 KB a CPU
+/// second, docs/backend-c.md; the slower end, so that a prediction errs on the side of the
+/// evaluator).
+pub fn predicted_cc_seconds(function_bytes: usize) -> f64 {
+    RUNTIME_CC_SECONDS + function_bytes as f64 / CC_BYTES_PER_SECOND
+}
+
+/// The CPU seconds of compiling `runtime.c` and `main` alone (a program of one expression).
+const RUNTIME_CC_SECONDS: f64 = 1.2;
+
+/// Generated C compiled per CPU second (see `predicted_cc_seconds`).
+const CC_BYTES_PER_SECOND: f64 = 65_000.0;
 
 /// The text before and after the message of an error at `span`, as the evaluator's
 /// diagnostics render it.
@@ -472,8 +476,9 @@ fn discard(exe: &Path) {
 /// The key of a program in the source cache: a hash of every file it loads (paths and texts),
 /// of this `vlad` executable (its path, size and modification time, so that a rebuilt
 /// compiler never reuses what its predecessor made), of the C compiler and its flags, of
-/// `VLAD_C_UNITS` and of the size limit (`c_size_limit`). `None` if the program does not load
-/// (the full path reports why) or this executable cannot be identified.
+/// `VLAD_C_UNITS` and of the limits that decide whether to compile (`c_size_limit`, the
+/// settings of `budget.rs`). `None` if the program does not load (the full path reports why)
+/// or this executable cannot be identified.
 pub fn source_key(source: &Source, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
     source.load(&mut sources, include).ok()?;
@@ -496,7 +501,17 @@ pub fn source_key(source: &Source, include: &[PathBuf], opts: CcOptions) -> Opti
     }
     hash_c_compiler(&mut h, opts);
     h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
-    h.update(format!("\0{}", c_size_limit()).as_bytes());
+    // The limits that decide whether to compile: another limit, another decision.
+    h.update(
+        format!(
+            "\0{}\0{}\0{:?}\0{}",
+            c_size_limit(),
+            crate::budget::compile_budget(),
+            std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS").ok(),
+            crate::budget::analysis_memory()
+        )
+        .as_bytes(),
+    );
     Some(hex(h))
 }
 
@@ -519,9 +534,15 @@ fn hex(h: Sha256) -> String {
 pub enum SourceRecord {
     /// It compiled to this executable (in the executable cache).
     Executable(PathBuf),
-    /// `vlad run` runs it in the evaluator, for this reason (one line): a decision that does
-    /// not depend on the machine's load (a time-out is never recorded).
+    /// `vlad run` runs it in the evaluator, for this reason (one line).
     Evaluator(String),
+    /// `vlad run` runs it in the evaluator because compiling it would cost more than its
+    /// budget: at least `cost` CPU seconds (the reason says why). Compiled after all once a
+    /// run in the evaluator has taken longer than that (`Compile`).
+    Costly { cost: f64, reason: String },
+    /// Compile it with a budget of this many CPU seconds: a run in the evaluator took longer
+    /// than compiling it was expected to cost.
+    Compile { budget: f64 },
 }
 
 /// What the source cache records for the program of source key `key`, if anything that is
@@ -530,8 +551,21 @@ pub enum SourceRecord {
 pub fn cached_by_source(key: &str) -> Option<SourceRecord> {
     let dir = cache_dir()?;
     let record = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
+    let number = |s: &str| s.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
     if let Some(reason) = record.strip_prefix("evaluator ") {
         return Some(SourceRecord::Evaluator(reason.trim().to_string()));
+    }
+    if let Some(rest) = record.strip_prefix("costly ") {
+        let (cost, reason) = rest.split_once(' ')?;
+        return Some(SourceRecord::Costly {
+            cost: number(cost)?,
+            reason: reason.trim().to_string(),
+        });
+    }
+    if let Some(budget) = record.strip_prefix("compile ") {
+        return Some(SourceRecord::Compile {
+            budget: number(budget.trim())?,
+        });
     }
     let name = record.trim();
     let exe = dir.join(name);
@@ -552,6 +586,21 @@ pub fn remember_source(key: &str, exe: &Executable) {
 /// Records that `vlad run` runs the program of source key `key` in the evaluator, and why.
 pub fn remember_evaluator(key: &str, reason: &str) {
     write_record(key, &format!("evaluator {}", reason.replace('\n', " ")));
+}
+
+/// Records that compiling the program of source key `key` costs at least `cost` CPU seconds,
+/// more than `vlad run` spends (`SourceRecord::Costly`).
+pub fn remember_costly(key: &str, cost: f64, reason: &str) {
+    write_record(
+        key,
+        &format!("costly {cost:.3} {}", reason.replace('\n', " ")),
+    );
+}
+
+/// Records that `vlad run` should compile the program of source key `key` with this budget
+/// (`SourceRecord::Compile`).
+pub fn remember_compile(key: &str, budget: f64) {
+    write_record(key, &format!("compile {budget:.3}"));
 }
 
 fn write_record(key: &str, text: &str) {

@@ -185,6 +185,47 @@ fn read_real_reads_the_same_numbers_in_both_engines() {
         .contains("read-real: `1\\x002` is not a number"));
 }
 
+/// `echo '(+ 1 2)' | vlad run /dev/stdin` printed nothing: `vlad run` read the file once for
+/// its cache key and again to compile it, and the second read found standard input empty.
+/// `-` names standard input too; both work in every command and engine.
+#[test]
+fn programs_can_come_from_standard_input() {
+    let s = Scratch::new();
+    for file in ["-", "/dev/stdin"] {
+        for args in [
+            vec!["run", file],
+            vec!["run", "--interp", file],
+            vec!["check", file],
+        ] {
+            let o = s.vlad(&args, b"(+ 1 2) ===> 3\n");
+            let expected = if args[0] == "check" {
+                "1 passed, 0 failed\n"
+            } else {
+                "3\n"
+            };
+            assert_eq!(
+                outcome(&o),
+                (expected.into(), String::new(), Some(0)),
+                "{args:?}"
+            );
+        }
+        let o = s.vlad(&["compile", file, "--emit", "c"], b"(+ 1 2)\n");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(text(&o.stdout).contains("int main"), "compile {file}");
+    }
+    // Errors name standard input.
+    for engine in [&["run", "-"][..], &["run", "--interp", "-"][..]] {
+        let o = s.vlad(engine, b"(+ 1 2)\n(car 1)\n");
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(text(&o.stdout), "3\n");
+        assert!(
+            text(&o.stderr).starts_with("<stdin>:2:2: error: unbound variable `car`"),
+            "{engine:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
 /// A UTF-8 byte order mark was read as a variable, and a file with CR-only line ends was one
 /// line (its comments ran to the end of the file, its errors were all on line 1). Positions
 /// are the same in both engines, and the excerpt shows the right line.
@@ -317,47 +358,6 @@ fn write_errors_are_reported() {
         vec!["compile", &small, "--emit", "flow"],
     ] {
         assert_eq!(run(&args), expected, "{args:?}");
-    }
-}
-
-/// `echo '(+ 1 2)' | vlad run /dev/stdin` printed nothing: `vlad run` read the file once for
-/// its cache key and again to compile it, and the second read found standard input empty.
-/// `-` names standard input too; both work in every command and engine.
-#[test]
-fn programs_can_come_from_standard_input() {
-    let s = Scratch::new();
-    for file in ["-", "/dev/stdin"] {
-        for args in [
-            vec!["run", file],
-            vec!["run", "--interp", file],
-            vec!["check", file],
-        ] {
-            let o = s.vlad(&args, b"(+ 1 2) ===> 3\n");
-            let expected = if args[0] == "check" {
-                "1 passed, 0 failed\n"
-            } else {
-                "3\n"
-            };
-            assert_eq!(
-                outcome(&o),
-                (expected.into(), String::new(), Some(0)),
-                "{args:?}"
-            );
-        }
-        let o = s.vlad(&["compile", file, "--emit", "c"], b"(+ 1 2)\n");
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        assert!(text(&o.stdout).contains("int main"), "compile {file}");
-    }
-    // Errors name standard input.
-    for engine in [&["run", "-"][..], &["run", "--interp", "-"][..]] {
-        let o = s.vlad(engine, b"(+ 1 2)\n(car 1)\n");
-        assert_eq!(o.status.code(), Some(1));
-        assert_eq!(text(&o.stdout), "3\n");
-        assert!(
-            text(&o.stderr).starts_with("<stdin>:2:2: error: unbound variable `car`"),
-            "{engine:?}: {}",
-            text(&o.stderr)
-        );
     }
 }
 
@@ -534,4 +534,177 @@ fn compiling_onto_a_directory_leaves_nothing() {
     before.sort();
     after.sort();
     assert_eq!(after, before);
+}
+
+/// Reverse mode nested `depth` deep: a flow analysis that blows up (issue 23).
+fn reverse_tower(depth: usize) -> Vec<u8> {
+    let mut f = "exp".to_string();
+    for _ in 0..depth {
+        f = format!("(d {f})");
+    }
+    format!(
+        "(define ((d f) x) (let (((cons y bp) ((*j f) (*j x))))\n\
+         (let (((cons fb xb) (unsensitize (bp (sensitize 1))))) xb)))\n({f} 0)\n"
+    )
+    .into_bytes()
+}
+
+/// The analysis's memory is bounded too: the Core transforms it runs ask the budget every few
+/// hundred steps, so it stops near its limit, whatever one transform would take (reverse mode
+/// nested eight deep reached 12 GB, one transform of 20 s taking most). Under an address
+/// space limit of 3 GB, the analysis stops with its own message at 300 MB; unbounded, it
+/// grows until it dies of a failed allocation.
+#[test]
+fn the_analysis_stops_at_its_memory_limit() {
+    let s = Scratch::new();
+    let file = s.file("tower.vlad", &reverse_tower(8));
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 3000000 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_vlad"))
+        .args(["compile", &file, "--emit", "flow"])
+        .current_dir(s.path())
+        .env("VLAD_ANALYSIS_MEMORY_MB", "300")
+        .env("VLAD_ANALYSIS_TIMEOUT_SECS", "100000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run vlad");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(
+            "tower.vlad:3:1: error: cannot compile: the flow analysis ran out of memory ("
+        ) && err.contains("over 300 MB (VLAD_ANALYSIS_MEMORY_MB sets the limit)"),
+        "{err}"
+    );
+}
+
+/// A program whose analysis runs out of time runs in the evaluator, and the decision is
+/// recorded: the next run goes straight to the evaluator, without analysing again (it was not
+/// recorded, and every run analysed for 20 s again). The limit is 0 s here, so that the
+/// analysis stops at its first check.
+#[test]
+fn a_program_too_costly_to_compile_is_remembered() {
+    let s = Scratch::new();
+    let file = s.file("tower.vlad", &reverse_tower(5));
+    let run = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(["run", &file])
+            .current_dir(s.path())
+            .env("VLAD_CACHE_DIR", s.cache())
+            .env("VLAD_ANALYSIS_TIMEOUT_SECS", "0")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vlad");
+        outcome(&o)
+    };
+    let (out, err, code) = run();
+    assert_eq!((out.as_str(), code), ("1\n", Some(0)));
+    assert!(
+        err.starts_with(
+            "vlad: not compiled to native code (tower.vlad:3:1: the flow analysis ran out of \
+             time ("
+        ) && err.ends_with(
+            "after 0 s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit, in seconds of CPU time)); \
+             running in the evaluator\n"
+        ),
+        "{err}"
+    );
+    let records: Vec<PathBuf> = std::fs::read_dir(s.cache())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = std::fs::read_to_string(&records[0]).unwrap();
+    // The cost: at least the compile budget, 20 s by default.
+    assert!(
+        record.starts_with("costly 20.000 tower.vlad:3:1: the flow analysis"),
+        "{record}"
+    );
+    // The next run reads the record instead of analysing again.
+    std::fs::write(&records[0], "costly 1000 a recorded reason").unwrap();
+    assert_eq!(
+        run(),
+        (
+            "1\n".into(),
+            "vlad: not compiled to native code (a recorded reason); running in the evaluator\n"
+                .into(),
+            Some(0)
+        )
+    );
+}
+
+/// A program left to the evaluator for the cost of compiling it, whose run in the evaluator
+/// takes longer than that cost, is compiled by the next run: compiling now pays for itself.
+/// Here the compile budget is below what even the smallest program costs (the C compiler's
+/// predicted time).
+#[test]
+fn a_long_run_in_the_evaluator_has_the_next_run_compile() {
+    let s = Scratch::new();
+    let file = s.file(
+        "loop.vlad",
+        b"(let loop ((i 0) (acc 0)) (if (< i (real 6e6)) (loop (+ i 1) (+ acc i)) acc))\n",
+    );
+    let run = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+            .args(["run", &file])
+            .current_dir(s.path())
+            .env("VLAD_CACHE_DIR", s.cache())
+            .env("VLAD_COMPILE_BUDGET_SECS", "0.5")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vlad");
+        outcome(&o)
+    };
+    let sum = "17999997000000\n".to_string();
+    let (out, err, _) = run();
+    assert_eq!(out, sum);
+    assert!(err.contains("compiling it would take about"), "{err}");
+    let record = |s: &Scratch| {
+        let files: Vec<PathBuf> = std::fs::read_dir(s.cache())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        std::fs::read_to_string(
+            files
+                .iter()
+                .find(|p| p.extension().is_some_and(|x| x == "src"))
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert!(record(&s).starts_with("compile "), "{}", record(&s));
+    assert_eq!(run(), (sum.clone(), String::new(), Some(0)), "compiled");
+    assert_eq!(run(), (sum, String::new(), Some(0)), "from the cache");
+}
+
+/// "compiling…" on standard error once a compilation has taken 2 s (with `VLAD_PROGRESS=1`;
+/// by default only where standard error is a terminal). The C compiler is made slow here.
+#[test]
+fn a_long_compilation_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let file = s.file("prog.vlad", b"(+ 1 (real 2))\n");
+    let cc = s.path().join("slow-cc");
+    std::fs::write(&cc, "#!/bin/sh\nsleep 3\nexec cc \"$@\"\n").unwrap();
+    std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(["run", &file])
+        .current_dir(s.path())
+        .env("VLAD_CACHE_DIR", s.cache())
+        .env("VLAD_PROGRESS", "1")
+        .env("CC", &cc)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run vlad");
+    assert_eq!(
+        outcome(&o),
+        (
+            "3\n".into(),
+            "vlad: compiling prog.vlad\u{2026}\n".into(),
+            Some(0)
+        )
+    );
 }
