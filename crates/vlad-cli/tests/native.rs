@@ -88,6 +88,37 @@ fn vlad_env(root: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> O
         .expect("run vlad")
 }
 
+/// `vlad_env` with `input` on standard input (written on a thread of its own, so that a
+/// program that stops reading cannot block the test).
+fn vlad_reading(
+    root: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    input: &str,
+) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .args(args)
+        .current_dir(root)
+        .env("VLAD_CACHE_DIR", cache)
+        .envs([ANY_COST])
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vlad");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_string();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let out = child.wait_with_output().expect("wait for vlad");
+    let _ = feeder.join();
+    out
+}
+
 /// Writes a program `name` into the scratch directory `dir`; its path.
 fn program(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     let file = dir.path().join(name);
@@ -797,10 +828,11 @@ fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
 
 /// Random programs (`vlad-random`: the grammar of the flow analysis's differential test, with
 /// closures, pairs, conditionals, loops, recursion, `real`, lists of unknown length,
-/// `write-real`, nested forward and reverse derivatives, and arrays, inside derivatives of
-/// both modes too) compiled to native code print what the evaluator prints. They are grouped
-/// into files of `PER_FILE` top-level expressions, each printing its value (and what its
-/// `write-real`s print), so that each file is compiled once. `VLAD_RANDOM_FILES` and
+/// `write-real`, `read-real`, nested forward and reverse derivatives, and arrays, inside
+/// derivatives of both modes too) compiled to native code print what the evaluator prints,
+/// reading the same numerals (`vlad_random::input`). They are grouped into files of
+/// `PER_FILE` top-level expressions, each printing its value (and what its `write-real`s
+/// print), so that each file is compiled once. `VLAD_RANDOM_FILES` and
 /// `VLAD_RANDOM_SEED` change how many files and which programs, for longer runs by hand.
 #[test]
 fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
@@ -819,6 +851,9 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     let dir = tempfile::tempdir().expect("a scratch directory");
     let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
     let mut rng = vlad_random::Rng(seed);
+    // The numerals the programs read, from a generator of their own.
+    let mut numerals = vlad_random::Rng(seed.rotate_left(17) | 1);
+    let mut reads = 0;
     let (mut reverse, mut arrays, mut failures) = (0, 0, Vec::new());
     let (mut forward_arrays, mut reverse_arrays) = (0, 0);
     let (mut lists, mut prints, mut list_arrays) = (0, 0, 0);
@@ -826,7 +861,8 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         let mut exprs = Vec::new();
         for _ in 0..PER_FILE {
             let (p, counts) =
-                vlad_random::expression_counted(&mut rng, 4, vlad_random::Arrays::Everywhere);
+                vlad_random::expression_reading(&mut rng, 4, vlad_random::Arrays::Everywhere, true);
+            reads += usize::from(counts.reads > 0);
             forward_arrays += usize::from(counts.forward > 0);
             reverse_arrays += usize::from(counts.reverse > 0);
             let e = p
@@ -844,13 +880,23 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
             &format!("random{n}.vlad"),
             &format!("(include \"ad\")\n{}", exprs.concat()),
         );
-        let native = vlad(&root, cache.path(), &["run", "-I", lib, &file]);
-        let eval = vlad(&root, cache.path(), &["run", "--interp", "-I", lib, &file]);
-        let machine = vlad_env(
+        // Both engines read the same numerals, spelled every way the reader allows: the C
+        // runtime's reader of numbers against the evaluator's.
+        let input = vlad_random::input(&mut numerals, 4000);
+        let native = vlad_reading(&root, cache.path(), &[], &["run", "-I", lib, &file], &input);
+        let eval = vlad_reading(
+            &root,
+            cache.path(),
+            &[],
+            &["run", "--interp", "-I", lib, &file],
+            &input,
+        );
+        let machine = vlad_reading(
             &root,
             cache.path(),
             &[MACHINES_ONLY],
             &["run", "-I", lib, &file],
+            &input,
         );
         if !same_output(
             &String::from_utf8_lossy(&machine.stdout),
@@ -913,9 +959,10 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         "{} random programs: {reverse} use reverse mode, {arrays} arrays, \
          {forward_arrays} arrays inside forward derivatives, {reverse_arrays} inside reverse \
          derivatives, {lists} lists of unknown length \
-         ({list_arrays} of arrays), {prints} write-real",
+         ({list_arrays} of arrays), {prints} write-real, {reads} read-real",
         files * PER_FILE
     );
+    assert!(reads >= files * PER_FILE / 20, "only {reads} read");
     assert!(lists >= files * PER_FILE / 20, "only {lists} build lists");
     assert!(prints >= files * PER_FILE / 20, "only {prints} print");
     assert!(
