@@ -7,6 +7,8 @@ use vlad_syntax::Diagnostic;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Emit {
+    /// The Core of each top-level expression (a Fortran file's lowering), indented.
+    Core,
     /// Every specialised function: its abstract argument and result.
     Flow,
     /// The specialised program: each reachable function's Core with its calls resolved.
@@ -44,6 +46,19 @@ pub fn compile(
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
+    if let Emit::Core = emit {
+        for te in &exprs {
+            match &te.core {
+                Ok(c) => write_out(&format!(
+                    "; {}\n{}",
+                    place(te.span),
+                    vlad_farfel::pretty::show_core(&ev.arena, *c)
+                )),
+                Err(d) => return report(d, &sources),
+            }
+        }
+        return 0;
+    }
     let mut analysis = Analysis::new(&mut ev);
     analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
     let mut results = Vec::new();
@@ -97,7 +112,7 @@ pub fn compile(
             }
             write_out(&program.show(&analysis, &place));
         }
-        Emit::C => unreachable!("handled by compile_c"),
+        Emit::C | Emit::Core => unreachable!("handled above"),
     }
     0
 }

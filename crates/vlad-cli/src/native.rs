@@ -349,7 +349,12 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
 /// (the full path reports why) or this executable cannot be identified.
 pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
-    vlad_syntax::program::load(&mut sources, file, include).ok()?;
+    if vlad_farfel::is_farfel_path(file) {
+        let text = std::fs::read_to_string(file).ok()?;
+        sources.add(file.display().to_string(), text);
+    } else {
+        vlad_syntax::program::load(&mut sources, file, include).ok()?;
+    }
     let exe = std::env::current_exe().ok()?;
     let meta = std::fs::metadata(&exe).ok()?;
     let modified = meta
