@@ -6,6 +6,8 @@ use vlad_syntax::Diagnostic;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Emit {
+    /// The Core of each top-level expression (a Fortran file's lowering), indented.
+    Core,
     /// Every specialised function: its abstract argument and result.
     Flow,
     /// The typed first-order IR the C is printed from (after its passes).
@@ -46,6 +48,20 @@ pub fn compile(
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
+    if let Emit::Core = emit {
+        let mut text = String::new();
+        for te in &program.exprs {
+            match &te.core {
+                Ok(c) => text.push_str(&format!(
+                    "; {}\n{}",
+                    place(te.span),
+                    vlad_farfel::pretty::show_core(&ev.arena, *c)
+                )),
+                Err(d) => return report(d, &sources),
+            }
+        }
+        return write_out(&text);
+    }
     let meter = crate::budget::Meter::analysis();
     let mut analysis = match vlad::analysis(&mut ev) {
         Ok(a) => a,
@@ -84,7 +100,7 @@ pub fn compile(
             }
             text.push_str(&analysis.show(&place));
         }
-        Emit::C | Emit::Ir => unreachable!("handled by compile_c"),
+        Emit::C | Emit::Ir | Emit::Core => unreachable!("handled above or by compile_c"),
     }
     write_out(&text)
 }

@@ -56,9 +56,10 @@ enum Command {
         /// Extra directories searched by `include`.
         #[arg(short = 'I', value_name = "DIR")]
         include: Vec<PathBuf>,
-        /// What to write: `flow`, the abstract argument and result of every specialised
-        /// function the flow analysis found; `ir`, the specialised program; `c`, the C
-        /// program. Without `--emit`: an executable if `-o` is given, else `flow`.
+        /// What to write: `core`, the program's Core (for a Fortran file, its lowering);
+        /// `flow`, the abstract argument and result of every specialised function the flow
+        /// analysis found; `ir`, the IR after its passes; `c`, the C program. Without
+        /// `--emit`: an executable if `-o` is given, else `flow`.
         #[arg(long, value_enum)]
         emit: Option<compile::Emit>,
         /// Where to write (an executable without `--emit`); standard output if absent.
@@ -292,10 +293,17 @@ pub(crate) fn prepare(
 ) -> Result<(SourceMap, Program, Evaluator), u8> {
     let mut sources = SourceMap::new();
     let mut arena = Arena::new();
-    let forms = source
-        .load(&mut sources, include)
-        .map_err(|d| report(&d, &sources))?;
-    let exprs = build_program(&mut arena, &forms).map_err(|d| report(&d, &sources))?;
+    // Fortran (Farfel, paper 000) by its extension: its own front end, the same Core.
+    let exprs = if vlad_farfel::is_farfel_path(&source.path) {
+        let name = source.path.display().to_string();
+        vlad_farfel::program_str(&mut sources, &mut arena, &name, &source.text)
+            .map_err(|d| report(&d, &sources))?
+    } else {
+        let forms = source
+            .load(&mut sources, include)
+            .map_err(|d| report(&d, &sources))?;
+        build_program(&mut arena, &forms).map_err(|d| report(&d, &sources))?
+    };
     let mut ev = Evaluator::new(arena);
     ev.max_steps = max_steps;
     Ok((sources, exprs, ev))

@@ -498,7 +498,11 @@ fn discard(exe: &Path) {
 /// or this executable cannot be identified.
 pub fn source_key(source: &Source, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
-    source.load(&mut sources, include).ok()?;
+    if vlad_farfel::is_farfel_path(&source.path) {
+        sources.add(source.path.display().to_string(), source.text.clone());
+    } else {
+        source.load(&mut sources, include).ok()?;
+    }
     let exe = std::env::current_exe().ok()?;
     let meta = std::fs::metadata(&exe).ok()?;
     let modified = meta
