@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
+#include <errno.h>
 #include <sys/mman.h>
 
 #ifdef VL_LIBRARY
@@ -352,8 +353,29 @@ static void vl_write(vl_buf *b, V v) {
   }
 }
 
+/* Standard output could not be written (a full disk, `> /dev/full`): said as the evaluator
+   says it (vlad-eval/src/io.rs, WriteFailure), status 1. A reader that went away (EPIPE,
+   where SIGPIPE is ignored) ends the program quietly, as SIGPIPE would. Checked after each
+   line the runtime prints, before an error message and at the end; the C library buffers, so
+   a failure shows at a flush. */
+static void vl_check_output(void) {
+#ifdef VL_LIBRARY
+  return; /* the host's standard output is the host's business: a library never exits */
+#endif
+  if (!ferror(stdout)) return;
+  int e = errno;
+  if (e == EPIPE) _exit(0);
+  fprintf(stderr, "vlad: error: cannot write the output: %s\n", strerror(e));
+  _exit(1);
+}
+
 /* A line known at compile time. */
-static void vl_put_line(const char *s) { fputs(s, stdout); fputc('\n', stdout); }
+static void vl_put_line(const char *s) {
+  fputs(s, stdout);
+  fputc('\n', stdout);
+  vl_check_output();
+}
+
 static void vl_print_line(V v) {
   vl_buf b = {0, 0, 0};
   vl_put(&b, "");
@@ -361,6 +383,7 @@ static void vl_print_line(V v) {
   fputs(b.p, stdout);
   fputc('\n', stdout);
   free(b.p);
+  vl_check_output();
 }
 
 static double vl_write_real(double x) {
@@ -368,6 +391,7 @@ static double vl_write_real(double x) {
   vl_format_real(x, num);
   fputs(num, stdout);
   fputc('\n', stdout);
+  vl_check_output();
   return x;
 }
 
@@ -439,6 +463,8 @@ static void vl_excerpt(vl_buf *b, const vl_site_t *s) {
   vl_put(b, "\n");
 }
 static void vl_fail_at(int site, const char *message) {
+  fflush(stdout);
+  vl_check_output();
   /* An error at a library line that says what its errors mean (site -2 - i: entry i's prefix
      is that message): reported with it, at the user's call site. */
   if (site < -1) {
@@ -455,6 +481,8 @@ static void vl_fail_at(int site, const char *message) {
 }
 /* A diagnostic rendered at compile time (an expansion error of a later top-level form). */
 static void vl_exit_diagnostic(const char *d) {
+  fflush(stdout);
+  vl_check_output();
   vl_die(d, 1);
 }
 static void vl_fail_internal(const char *m) {
@@ -1117,17 +1145,114 @@ static V vl_array_to_list_rev(int site, V a) {
   return acc;
 }
 
-/* ---- read-real: whitespace-separated numerals from standard input */
+/* ---- read-real: the next token of standard input (bytes up to whitespace), read as a numeral.
+   A transcription of the evaluator's reader of numbers (vlad-syntax/src/number.rs:
+   `is_input_space`, `parse_number`, `show_token`; vlad-eval/src/io.rs `next_token`), which
+   the tests run against this one on the same inputs: tokens of any length, NUL bytes and
+   all, and no numeral but the reader's (strtod alone would take `nan`, `inf`, `0x10` and
+   leading spaces, and reject `+nan.0` and `#x1F`). */
+static int vl_is_input_space(int c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == 0x0b || c == 0x0c || c == '\r';
+}
+/* The value of digit c (lower case) in radix r, or -1. */
+static int vl_digit(int c, int r) {
+  int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+  return d < r ? d : -1;
+}
+/* parse_number of the n bytes at tok: 1 and *out, or 0 if they are not a numeral. */
+static int vl_parse_number(const char *tok, size_t n, double *out) {
+  char *s = malloc(n + 1);
+  if (!s) vl_die("vlad: out of memory\n", 70);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)tok[i];
+    s[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : (char)c;
+  }
+  s[n] = 0;
+  int radix = 10, ok = 0;
+  const char *b = s;
+  size_t m = n;
+  if (n >= 2 && s[0] == '#' && (s[1] == 'b' || s[1] == 'o' || s[1] == 'd' || s[1] == 'x')) {
+    radix = s[1] == 'b' ? 2 : s[1] == 'o' ? 8 : s[1] == 'd' ? 10 : 16;
+    b += 2;
+    m -= 2;
+  }
+  if (radix != 10) {
+    int neg = m > 0 && b[0] == '-';
+    size_t i = m > 0 && (b[0] == '-' || b[0] == '+') ? 1 : 0;
+    double v = 0;
+    ok = i < m;
+    for (; ok && i < m; i++) {
+      int d = vl_digit((unsigned char)b[i], radix);
+      if (d < 0) ok = 0;
+      else v = v * radix + d;
+    }
+    if (ok) *out = neg ? -v : v;
+  } else if (m == 6 && (!memcmp(b, "+inf.0", 6) || !memcmp(b, "-inf.0", 6))) {
+    *out = b[0] == '+' ? INFINITY : -INFINITY;
+    ok = 1;
+  } else if (m == 6 && (!memcmp(b, "+nan.0", 6) || !memcmp(b, "-nan.0", 6))) {
+    *out = NAN;
+    ok = 1;
+  } else {
+    /* sign? digits* (. digits*)? (e sign? digits+)?, with a digit before the exponent */
+    size_t i = 0, digits = 0;
+    if (i < m && (b[i] == '+' || b[i] == '-')) i++;
+    while (i < m && b[i] >= '0' && b[i] <= '9') i++, digits++;
+    if (i < m && b[i] == '.') {
+      i++;
+      while (i < m && b[i] >= '0' && b[i] <= '9') i++, digits++;
+    }
+    ok = digits > 0;
+    if (ok && i < m && b[i] == 'e') {
+      i++;
+      if (i < m && (b[i] == '+' || b[i] == '-')) i++;
+      size_t start = i;
+      while (i < m && b[i] >= '0' && b[i] <= '9') i++;
+      ok = i > start;
+    }
+    ok = ok && i == m;
+    /* Only the checked text reaches strtod: correctly rounded, as Rust's parse (the "C"
+       locale: the program never sets another). */
+    if (ok) *out = strtod(b, 0);
+  }
+  free(s);
+  return ok;
+}
 static double vl_read_real(int site) {
-  char tok[256];
-  if (scanf("%255s", tok) != 1) vl_fail_at(site, "read-real: end of input");
-  char *end;
-  double x = strtod(tok, &end);
-  if (*end || end == tok) {
+  /* What the program printed so far is out before it waits for input, as in the evaluator. */
+  fflush(stdout);
+  size_t n = 0, cap = 64;
+  char *tok = malloc(cap);
+  if (!tok) vl_die("vlad: out of memory\n", 70);
+  int c;
+  while ((c = getchar()) != EOF && vl_is_input_space(c)) {}
+  for (; c != EOF && !vl_is_input_space(c); c = getchar()) {
+    if (n == cap) {
+      cap *= 2;
+      tok = realloc(tok, cap);
+      if (!tok) vl_die("vlad: out of memory\n", 70);
+    }
+    tok[n++] = (char)c;
+  }
+  if (ferror(stdin)) {
     char m[300];
-    snprintf(m, sizeof m, "read-real: `%s` is not a number", tok);
+    snprintf(m, sizeof m, "read-real: cannot read standard input: %s", strerror(errno));
     vl_fail_at(site, m);
   }
+  if (n == 0) vl_fail_at(site, "read-real: end of input");
+  double x;
+  if (!vl_parse_number(tok, n, &x)) {
+    /* show_token: the first 40 bytes, those outside printable ASCII as \xHH */
+    char m[300], *o = m + sprintf(m, "read-real: `");
+    for (size_t i = 0; i < n && i < 40; i++) {
+      unsigned char b = (unsigned char)tok[i];
+      if (b >= 0x21 && b < 0x7f) *o++ = (char)b;
+      else o += sprintf(o, "\\x%02X", b);
+    }
+    sprintf(o, "%s` is not a number", n > 40 ? "..." : "");
+    vl_fail_at(site, m);
+  }
+  free(tok);
   return x;
 }
 
@@ -1319,6 +1444,7 @@ int main(void) {
   }
   else pthread_join(t, 0);
   fflush(stdout);
+  vl_check_output();
   /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed). */
   if (getenv("VLAD_ARENA_STATS")) {
     size_t bytes = 0;

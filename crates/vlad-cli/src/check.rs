@@ -7,7 +7,7 @@
 //! `(with-inputs (n ...) e)`.
 
 use regex::Regex;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use vlad_eval::{Input, Output};
 use vlad_syntax::reader::read;
 use vlad_syntax::{Diagnostic, Sexp, SexpKind};
@@ -129,12 +129,12 @@ fn inputs_of(expected: &Sexp) -> Result<(Vec<f64>, &Sexp), String> {
 }
 
 pub fn check(
-    file: &Path,
+    source: &crate::Source,
     include: &[PathBuf],
     max_steps: Option<u64>,
     engine: crate::Engine,
 ) -> u8 {
-    let (sources, program, mut ev) = match crate::prepare(file, include, max_steps) {
+    let (sources, program, mut ev) = match crate::prepare(source, include, max_steps) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -195,6 +195,8 @@ pub fn check(
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    if let Err(code) = crate::write_stdout(&format!("{passed} passed, {failed} failed\n")) {
+        return code.max(u8::from(failed > 0));
+    }
     u8::from(failed > 0)
 }

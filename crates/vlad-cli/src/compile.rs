@@ -1,11 +1,13 @@
 //! `vlad compile`: the compiler pipeline as far as it exists (the flow analysis, issue 6).
 
-use crate::{prepare, report};
+use crate::{prepare, report, Source};
 use std::path::{Path, PathBuf};
 use vlad_syntax::Diagnostic;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Emit {
+    /// The Core of each top-level expression (a Fortran file's lowering), indented.
+    Core,
     /// Every specialised function: its abstract argument and result.
     Flow,
     /// The typed first-order IR the C is printed from (after its passes).
@@ -15,7 +17,7 @@ pub enum Emit {
 }
 
 pub fn compile(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     emit: Option<Emit>,
     output: Option<&Path>,
@@ -23,7 +25,7 @@ pub fn compile(
 ) -> u8 {
     let emit = match (emit, output) {
         (Some(Emit::C), _) | (None, Some(_)) | (Some(Emit::Ir), None) => {
-            return compile_c(file, include, emit, output, opts)
+            return compile_c(source, include, emit, output, opts)
         }
         (Some(e), _) => e,
         (None, None) => Emit::Flow,
@@ -35,7 +37,7 @@ pub fn compile(
         );
         return 2;
     }
-    let (sources, program, mut ev) = match prepare(file, include, None) {
+    let (sources, program, mut ev) = match prepare(source, include, None) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -46,11 +48,26 @@ pub fn compile(
         Some((_, line, col)) => format!("{line}:{col}"),
         None => "?".to_string(),
     };
+    if let Emit::Core = emit {
+        let mut text = String::new();
+        for te in &program.exprs {
+            match &te.core {
+                Ok(c) => text.push_str(&format!(
+                    "; {}\n{}",
+                    place(te.span),
+                    vlad_farfel::pretty::show_core(&ev.arena, *c)
+                )),
+                Err(d) => return report(d, &sources),
+            }
+        }
+        return write_out(&text);
+    }
+    let meter = crate::budget::Meter::analysis();
     let mut analysis = match vlad::analysis(&mut ev) {
         Ok(a) => a,
         Err(e) => return report(&Diagnostic::new(e.span, e.message), &sources),
     };
-    analysis.deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
+    analysis.budget = Some(meter.budget());
     // The run of the whole program (docs/language.md): one entry, placed at the first
     // top-level expression.
     let whole = program
@@ -64,43 +81,55 @@ pub fn compile(
             if std::env::var_os("VLAD_FLOW_DEBUG").is_some() {
                 eprint!("{}", analysis.show(&place));
             }
-            let (span, message) = crate::native::analysis_error(&sources, &e, whole);
+            let (span, message) = crate::native::analysis_error(&sources, &e, whole, &meter);
             return report(
                 &Diagnostic::new(span, format!("cannot compile: {message}")),
                 &sources,
             );
         }
     }
+    let mut text = String::new();
     match emit {
         Emit::Flow => {
             for (span, k) in results {
-                write_out(&format!(
+                text.push_str(&format!(
                     "; {} => {}\n",
                     place(span),
                     analysis.show_av(&analysis.results[k], &place)
                 ));
             }
-            write_out(&analysis.show(&place));
+            text.push_str(&analysis.show(&place));
         }
-        Emit::C | Emit::Ir => unreachable!("handled by compile_c"),
+        Emit::C | Emit::Ir | Emit::Core => unreachable!("handled above or by compile_c"),
     }
-    0
+    write_out(&text)
 }
 
 /// `--emit c` (the C program, to `output` or standard output), `--emit ir` (the IR, to standard
 /// output) or `-o` (an executable).
 fn compile_c(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     emit: Option<Emit>,
     output: Option<&Path>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    let compiled = match crate::native::generate_c(file, include, false) {
+    let compiled = match crate::native::generate_c(
+        source,
+        include,
+        false,
+        &crate::budget::Meter::analysis(),
+    ) {
         Ok(compiled) => compiled,
         Err(crate::native::Failure::Program(code)) => return code,
-        Err(crate::native::Failure::Unsupported(reason)) => {
-            eprintln!("vlad: cannot compile {} to C: {reason}", file.display());
+        Err(
+            crate::native::Failure::Unsupported(reason)
+            | crate::native::Failure::OverBudget(reason, _),
+        ) => {
+            eprintln!(
+                "vlad: cannot compile {} to C: {reason}",
+                source.path.display()
+            );
             return 1;
         }
         Err(crate::native::Failure::Evaluate(diagnostic)) => {
@@ -110,14 +139,8 @@ fn compile_c(
     };
     let c = &compiled.c;
     let written = match (emit, output) {
-        (Some(Emit::Ir), _) => {
-            write_out(&vlad_ir::print::program(&compiled.ir));
-            Ok(())
-        }
-        (Some(Emit::C), None) => {
-            write_out(&c.single());
-            Ok(())
-        }
+        (Some(Emit::Ir), _) => return write_out(&vlad_ir::print::program(&compiled.ir)),
+        (Some(Emit::C), None) => return write_out(&c.single()),
         (Some(Emit::C), Some(out)) => std::fs::write(out, c.single())
             .map_err(|e| format!("cannot write {}: {e}", out.display())),
         (_, Some(out)) => crate::native::compile_c(&crate::native::units(c), out, opts),
@@ -161,8 +184,8 @@ pub fn library(
         eprintln!("vlad: error: --lib {}: not a name", name.display());
         return 2;
     };
-    let deadline = Some(std::time::Instant::now() + crate::native::analysis_time_limit());
-    let c = match vlad::export::library_c(file, include, &sigs, deadline) {
+    let meter = crate::budget::Meter::analysis();
+    let c = match vlad::export::library_c(file, include, &sigs, Some(meter.budget())) {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
@@ -170,8 +193,7 @@ pub fn library(
         }
     };
     if matches!(emit, Some(Emit::C)) {
-        write_out(&c.c);
-        return 0;
+        return write_out(&c.c);
     }
     let so = name.with_file_name(format!("lib{stem}.so"));
     let header = name.with_file_name(format!("{stem}.h"));
@@ -188,8 +210,11 @@ pub fn library(
     }
 }
 
-/// Writes to standard output; a closed pipe (`vlad compile ... | head`) is not an error.
-fn write_out(text: &str) {
-    use std::io::Write;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Writes to standard output: status 0, also where the reader went away (`vlad compile ... |
+/// head`); 1 with a message where it cannot be written (`> /dev/full`).
+fn write_out(text: &str) -> u8 {
+    match crate::write_stdout(text) {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
 }

@@ -4,7 +4,8 @@
 //! sources compiled to (`source_key`), so that running an unchanged program again skips the
 //! analysis too; a program too large to compile is recorded there as well.
 
-use crate::prepare;
+use crate::budget::Meter;
+use crate::{prepare, Source};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +23,8 @@ pub enum Failure {
     /// evaluator run the program up to it and report it there (no note: this is not a limit
     /// of the compiler); `vlad compile` reports it.
     Evaluate(String),
+    /// The analysis reached a limit of its meter (the reason, on one line, and which).
+    OverBudget(String, crate::budget::Spent),
 }
 
 /// Options of the C compilation.
@@ -36,11 +39,12 @@ pub struct CcOptions {
 /// are compiled, and the program then reports the error, as the evaluator does when it gets
 /// there (`vlad run`); without, it is `Failure::Evaluate` (`vlad compile` rejects the program).
 pub fn generate_c(
-    file: &Path,
+    source: &Source,
     include: &[PathBuf],
     through_expansion_error: bool,
+    meter: &Meter,
 ) -> Result<vlad::Compiled, Failure> {
-    let (sources, program, mut ev) = prepare(file, include, None).map_err(Failure::Program)?;
+    let (sources, program, mut ev) = prepare(source, include, None).map_err(Failure::Program)?;
     let place = |span: vlad_core::Span| match sources.location(span) {
         Some((path, line, col)) => format!("{path}:{line}:{col}"),
         None => "in built-in code".to_string(),
@@ -58,11 +62,17 @@ pub fn generate_c(
         .map_or(vlad_core::Span::NONE, |e| e.span);
     let render = |span: vlad_core::Span| vlad::compile::render_site(&sources, span);
     let opts = vlad::compile::Options {
-        deadline: Some(std::time::Instant::now() + analysis_time_limit()),
+        budget: Some(meter.budget()),
         render: &render,
         final_error: final_error.as_deref(),
         print_values: false,
         passes: vlad_ir::passes::Options::default(),
+    };
+    // A limit of the meter reached (in the analysis, or in the lowering's questions to it) is
+    // `OverBudget`, which `vlad run` may record; anything else is `Unsupported`.
+    let failure = |message: String| match meter.spent() {
+        Some(spent) => Failure::OverBudget(message, spent),
+        None => Failure::Unsupported(message),
     };
     vlad::compile(&mut ev, &[program.run], &opts).map_err(|e| {
         if e.in_analysis {
@@ -70,10 +80,10 @@ pub fn generate_c(
                 span: e.span,
                 message: e.message,
             };
-            let (span, message) = analysis_error(&sources, &fe, whole);
-            Failure::Unsupported(format!("{}: {message}", place(span)))
+            let (span, message) = analysis_error(&sources, &fe, whole, meter);
+            failure(format!("{}: {message}", place(span)))
         } else {
-            Failure::Unsupported(format!("{}: {}", place(e.span), e.message))
+            failure(format!("{}: {}", place(e.span), e.message))
         }
     })
 }
@@ -114,41 +124,41 @@ fn bytes(n: usize) -> String {
     }
 }
 
-/// How long the flow analysis may take (`vlad run` then runs the program in the evaluator;
-/// `vlad compile` reports it): `VLAD_ANALYSIS_TIMEOUT_SECS`, default 20 s (every example needs
-/// well under 1 s).
-pub(crate) fn analysis_time_limit() -> std::time::Duration {
-    let secs = std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    std::time::Duration::from_secs(secs)
-}
-
 /// Where and what to report for an analysis error: an error placed in library or built-in
-/// code (the time limit, say) is placed at `fallback`, the top-level expression whose analysis
-/// it stopped; a time-out says how to raise the limit.
+/// code (a limit of the meter, say) is placed at `fallback`, the top-level expression whose analysis
+/// it stopped; a limit reached says which, and how to raise it.
 pub(crate) fn analysis_error(
     sources: &SourceMap,
     e: &vlad_flow::FlowError,
     fallback: vlad_core::Span,
+    meter: &Meter,
 ) -> (vlad_core::Span, String) {
     let span = if sources.location(e.span).is_some() && e.span.is_user() {
         e.span
     } else {
         fallback
     };
-    let message = if e.message.contains("ran out of time") {
-        format!(
-            "{}, after {} s (VLAD_ANALYSIS_TIMEOUT_SECS sets the limit)",
-            e.message,
-            analysis_time_limit().as_secs()
-        )
-    } else {
-        e.message.clone()
+    let message = match meter.spent() {
+        Some(spent) => format!("{}{}", e.message, spent.explain()),
+        None => e.message.clone(),
     };
     (span, message)
 }
+
+/// The C compiler's CPU time for a program of `function_bytes` of generated functions,
+/// predicted: what compiling the runtime costs, and the rest at the rate GCC compiles
+/// generated functions at `-O3` (measured on the examples and tests, 57 to 92 KB a CPU
+/// second, docs/backend-c.md; the slower end, so that a prediction errs on the side of the
+/// evaluator).
+pub fn predicted_cc_seconds(function_bytes: usize) -> f64 {
+    RUNTIME_CC_SECONDS + function_bytes as f64 / CC_BYTES_PER_SECOND
+}
+
+/// The CPU seconds of compiling `runtime.c` and `main` alone (a program of one expression).
+const RUNTIME_CC_SECONDS: f64 = 1.2;
+
+/// Generated C compiled per CPU second (see `predicted_cc_seconds`).
+const CC_BYTES_PER_SECOND: f64 = 65_000.0;
 
 /// Generated functions per translation unit (`units`): GCC compiles about 120 KB of them a
 /// second with `-O3` on this project's 2-core VM (particle-RR: 693 KB in 5.8 s), so a unit
@@ -244,16 +254,46 @@ pub fn compile_c(units: &[String], out: &Path, opts: CcOptions) -> Result<(), St
             return Err(format!("linking with `{cc}` failed: {first}"));
         }
     }
-    // Copy then rename, so a concurrent run never sees a half-written executable.
+    // Copy then rename, so a concurrent run never sees a half-written executable; what is
+    // left of the copy if either fails is removed.
     let partial = out.with_extension(format!("partial{}", std::process::id()));
-    std::fs::copy(&exe, &partial)
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    std::fs::rename(&partial, out).map_err(|e| format!("cannot write {}: {e}", out.display()))
+    let written = std::fs::copy(&exe, &partial)
+        .map_err(|e| format!("cannot write {}: {e}", partial.display()))
+        .and_then(|_| {
+            std::fs::rename(&partial, out)
+                .map_err(|e| format!("cannot write {}: {e}", out.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 /// Where compiled programs are kept: `$VLAD_CACHE_DIR`, else `$XDG_CACHE_HOME/vlad`, else
-/// `~/.cache/vlad`, else the system's temporary directory.
-fn cache_dir() -> PathBuf {
+/// `~/.cache/vlad`, else `vlad-cache-UID` in the system's temporary directory (private to
+/// the user: it was one `vlad-cache` for every user, who could plant executables there for
+/// the others to run). Made if need be (mode 0700); `None`, after a note saying why, where it
+/// cannot be used safely: `vlad run` runs the executables it holds, so it must be a directory
+/// of this user's that no one else can write. Checked once per run.
+fn cache_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = cache_path();
+        match private_dir(&dir) {
+            Ok(()) => Some(dir),
+            Err(why) => {
+                eprintln!(
+                    "vlad: not using the cache directory {}: {why}; compiling without it",
+                    dir.display()
+                );
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+fn cache_path() -> PathBuf {
     if let Some(d) = std::env::var_os("VLAD_CACHE_DIR") {
         return PathBuf::from(d);
     }
@@ -263,12 +303,57 @@ fn cache_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME") {
         return PathBuf::from(h).join(".cache").join("vlad");
     }
-    std::env::temp_dir().join("vlad-cache")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("vlad-cache-{uid}"))
+}
+
+/// Makes `dir` if it does not exist (its parents as usual, itself with mode 0700), and checks
+/// that it is a directory (a link to one is followed) owned by this user that neither its
+/// group nor others can write.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot make it: {e}"))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make it: {e}")),
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    // SAFETY: as in cache_path.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        Err("it is not a directory".into())
+    } else if meta.uid() != uid {
+        Err(format!("it belongs to another user (uid {})", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Err(format!(
+            "others can write to it (mode {:o}; chmod go-w makes it private)",
+            meta.mode() & 0o777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// An executable compiled for `vlad run`: in the cache, or in a temporary directory (removed
+/// with this) when there is no usable cache.
+pub struct Executable {
+    pub path: PathBuf,
+    scratch: Option<tempfile::TempDir>,
 }
 
 /// The executable of this C program (its translation units), compiled now or found in the
-/// cache.
-pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, String> {
+/// cache. A cached executable that is not whole (`whole`: truncated, damaged, no longer
+/// executable) is compiled again, and so is one that `fresh` asks to replace (it could not
+/// be run).
+pub fn cached_executable(
+    units: &[String],
+    opts: CcOptions,
+    fresh: bool,
+) -> Result<Executable, String> {
     let mut h = Sha256::new();
     for unit in units {
         h.update(unit.as_bytes());
@@ -276,24 +361,77 @@ pub fn cached_executable(units: &[String], opts: CcOptions) -> Result<PathBuf, S
     }
     hash_c_compiler(&mut h, opts);
     let digest = hex(h);
-    let dir = cache_dir();
+    let Some(dir) = cache_dir() else {
+        let scratch =
+            tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+        let path = scratch.path().join("program");
+        compile_c(units, &path, opts)?;
+        return Ok(Executable {
+            path,
+            scratch: Some(scratch),
+        });
+    };
     let exe = dir.join(&digest[..32]);
-    if exe.is_file() {
-        return Ok(exe);
+    if fresh || !whole(&exe) {
+        discard(&exe);
+        compile_c(units, &exe, opts)?;
+        record_whole(&exe);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    compile_c(units, &exe, opts)?;
-    Ok(exe)
+    Ok(Executable {
+        path: exe,
+        scratch: None,
+    })
+}
+
+/// The record that a cached executable is whole: the SHA-256 of its bytes, written beside it
+/// (`NAME.sum`) once it is in place.
+fn sum_path(exe: &Path) -> PathBuf {
+    exe.with_extension("sum")
+}
+
+fn record_whole(exe: &Path) {
+    if let Ok(bytes) = std::fs::read(exe) {
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        write_atomically(&sum_path(exe), &hex(h));
+    }
+}
+
+/// Is the cached executable `exe` as it was written: executable, and of the bytes its sum
+/// records? A truncated one (a full disk, a killed copy) made every later run die of a
+/// segmentation fault; one that cannot be run sent every run to the evaluator.
+fn whole(exe: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable =
+        std::fs::metadata(exe).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o100 != 0);
+    let (Ok(recorded), Ok(bytes)) = (std::fs::read_to_string(sum_path(exe)), std::fs::read(exe))
+    else {
+        return false;
+    };
+    let mut h = Sha256::new();
+    h.update(&bytes);
+    executable && hex(h) == recorded.trim()
+}
+
+/// Removes a cached executable and its sum (those that exist).
+fn discard(exe: &Path) {
+    let _ = std::fs::remove_file(exe);
+    let _ = std::fs::remove_file(sum_path(exe));
 }
 
 /// The key of a program in the source cache: a hash of every file it loads (paths and texts),
 /// of this `vlad` executable (its path, size and modification time, so that a rebuilt
 /// compiler never reuses what its predecessor made), of the C compiler and its flags, of
-/// `VLAD_C_UNITS` and of the size limit (`c_size_limit`). `None` if the program does not load
-/// (the full path reports why) or this executable cannot be identified.
-pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<String> {
+/// `VLAD_C_UNITS` and of the limits that decide whether to compile (`c_size_limit`, the
+/// settings of `budget.rs`). `None` if the program does not load (the full path reports why)
+/// or this executable cannot be identified.
+pub fn source_key(source: &Source, include: &[PathBuf], opts: CcOptions) -> Option<String> {
     let mut sources = SourceMap::new();
-    vlad_syntax::program::load(&mut sources, file, include).ok()?;
+    if vlad_farfel::is_farfel_path(&source.path) {
+        sources.add(source.path.display().to_string(), source.text.clone());
+    } else {
+        source.load(&mut sources, include).ok()?;
+    }
     let exe = std::env::current_exe().ok()?;
     let meta = std::fs::metadata(&exe).ok()?;
     let modified = meta
@@ -313,7 +451,17 @@ pub fn source_key(file: &Path, include: &[PathBuf], opts: CcOptions) -> Option<S
     }
     hash_c_compiler(&mut h, opts);
     h.update(std::env::var("VLAD_C_UNITS").unwrap_or_default().as_bytes());
-    h.update(format!("\0{}", c_size_limit()).as_bytes());
+    // The limits that decide whether to compile: another limit, another decision.
+    h.update(
+        format!(
+            "\0{}\0{}\0{:?}\0{}",
+            c_size_limit(),
+            crate::budget::compile_budget(),
+            std::env::var("VLAD_ANALYSIS_TIMEOUT_SECS").ok(),
+            crate::budget::analysis_memory()
+        )
+        .as_bytes(),
+    );
     Some(hex(h))
 }
 
@@ -336,30 +484,52 @@ fn hex(h: Sha256) -> String {
 pub enum SourceRecord {
     /// It compiled to this executable (in the executable cache).
     Executable(PathBuf),
-    /// `vlad run` runs it in the evaluator, for this reason (one line): a decision that does
-    /// not depend on the machine's load (a time-out is never recorded).
+    /// `vlad run` runs it in the evaluator, for this reason (one line).
     Evaluator(String),
+    /// `vlad run` runs it in the evaluator because compiling it would cost more than its
+    /// budget: at least `cost` CPU seconds (the reason says why). Compiled after all once a
+    /// run in the evaluator has taken longer than that (`Compile`).
+    Costly { cost: f64, reason: String },
+    /// Compile it with a budget of this many CPU seconds: a run in the evaluator took longer
+    /// than compiling it was expected to cost.
+    Compile { budget: f64 },
 }
 
 /// What the source cache records for the program of source key `key`, if anything that is
-/// still valid (an executable that is gone is ignored).
+/// still valid (an executable that is gone or not whole is ignored: compiling finds or
+/// replaces it).
 pub fn cached_by_source(key: &str) -> Option<SourceRecord> {
-    let dir = cache_dir();
+    let dir = cache_dir()?;
     let record = std::fs::read_to_string(dir.join(format!("{}.src", &key[..32]))).ok()?;
+    let number = |s: &str| s.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
     if let Some(reason) = record.strip_prefix("evaluator ") {
         return Some(SourceRecord::Evaluator(reason.trim().to_string()));
+    }
+    if let Some(rest) = record.strip_prefix("costly ") {
+        let (cost, reason) = rest.split_once(' ')?;
+        return Some(SourceRecord::Costly {
+            cost: number(cost)?,
+            reason: reason.trim().to_string(),
+        });
+    }
+    if let Some(budget) = record.strip_prefix("compile ") {
+        return Some(SourceRecord::Compile {
+            budget: number(budget.trim())?,
+        });
     }
     let name = record.trim();
     let exe = dir.join(name);
     // Only a name of the executable cache: the record cannot point elsewhere.
-    (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) && exe.is_file())
+    (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) && whole(&exe))
         .then_some(SourceRecord::Executable(exe))
 }
 
 /// Records that the program of source key `key` compiled to `exe` (in the cache directory).
-pub fn remember_source(key: &str, exe: &Path) {
-    if let Some(name) = exe.file_name() {
-        write_record(key, &name.to_string_lossy());
+pub fn remember_source(key: &str, exe: &Executable) {
+    if exe.scratch.is_none() {
+        if let Some(name) = exe.path.file_name() {
+            write_record(key, &name.to_string_lossy());
+        }
     }
 }
 
@@ -368,17 +538,36 @@ pub fn remember_evaluator(key: &str, reason: &str) {
     write_record(key, &format!("evaluator {}", reason.replace('\n', " ")));
 }
 
-/// Writes a source-cache record to a temporary name and renames it, so a concurrent reader
-/// sees all of it or nothing.
+/// Records that compiling the program of source key `key` costs at least `cost` CPU seconds,
+/// more than `vlad run` spends (`SourceRecord::Costly`).
+pub fn remember_costly(key: &str, cost: f64, reason: &str) {
+    write_record(
+        key,
+        &format!("costly {cost:.3} {}", reason.replace('\n', " ")),
+    );
+}
+
+/// Records that `vlad run` should compile the program of source key `key` with this budget
+/// (`SourceRecord::Compile`).
+pub fn remember_compile(key: &str, budget: f64) {
+    write_record(key, &format!("compile {budget:.3}"));
+}
+
 fn write_record(key: &str, text: &str) {
-    let dir = cache_dir();
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
+    if let Some(dir) = cache_dir() {
+        write_atomically(&dir.join(format!("{}.src", &key[..32])), text);
     }
-    let record = dir.join(format!("{}.src", &key[..32]));
-    let partial = dir.join(format!("{}.src.{}", &key[..32], std::process::id()));
-    if std::fs::write(&partial, text.as_bytes()).is_ok() {
-        let _ = std::fs::rename(&partial, &record);
+}
+
+/// Writes a file of the cache under a temporary name and renames it, so a concurrent reader
+/// sees all of it or nothing.
+fn write_atomically(path: &Path, text: &str) {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    if std::fs::write(&partial, text.as_bytes()).is_ok() && std::fs::rename(&partial, path).is_err()
+    {
+        let _ = std::fs::remove_file(&partial);
     }
 }
 

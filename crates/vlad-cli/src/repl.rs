@@ -250,6 +250,10 @@ pub fn repl(include: &[PathBuf], history: Option<PathBuf>) -> u8 {
             None => s.input(entry),
         }
         let _ = std::io::stdout().flush();
+        // Standard output cannot be written: said once, and the session ends as a run would.
+        if let Some(failure) = s.ev.output.failure() {
+            return crate::output_status(Some(failure));
+        }
     }
     if interactive {
         println!();
@@ -290,12 +294,17 @@ impl Session {
                 TopForm::Expr { form, .. } if form.span.file == chunk => {
                     self.expression(form).map(|v| {
                         let text = self.ev.render(&v);
-                        self.ev.output.line(&text);
+                        // A write that fails is recorded (`Output::failure`): the session
+                        // ends after this form.
+                        let _ = self.ev.output.line(&text);
                         self.ev.output.flush();
                     })
                 }
                 _ => Ok(()),
             };
+            if self.ev.output.failure().is_some() {
+                return;
+            }
             if let Err(d) = result {
                 self.ev.output.flush();
                 self.report(&d);
@@ -337,7 +346,10 @@ impl Session {
         for (span, e) in exprs {
             let v = self.run(e, span)?;
             let text = self.ev.render(&v);
-            self.ev.output.line(&text);
+            if self.ev.output.line(&text).is_err() {
+                // Recorded (`Output::failure`): the session ends.
+                break;
+            }
         }
         self.ev.output.flush();
         Ok(())
@@ -599,18 +611,20 @@ impl Session {
             return eprintln!("vlad: ,native: cannot write {}: {e}", file.display());
         }
         let _ = std::io::stdout().flush();
-        let c = match native::generate_c(&file, &self.include, true) {
+        let source = crate::Source { path: file, text };
+        let meter = crate::budget::Meter::analysis();
+        let c = match native::generate_c(&source, &self.include, true, &meter) {
             Ok(c) => c,
-            Err(native::Failure::Unsupported(why)) => {
+            Err(native::Failure::Unsupported(why) | native::Failure::OverBudget(why, _)) => {
                 return eprintln!("vlad: ,native: not compiled to native code ({why})")
             }
             Err(native::Failure::Program(_)) => return,
             Err(native::Failure::Evaluate(d)) => return eprint!("{d}"),
         };
         let opts = native::CcOptions { native: true };
-        match native::cached_executable(&native::units(&c.c), opts).and_then(|exe| {
+        match native::cached_executable(&native::units(&c.c), opts, false).and_then(|exe| {
             // The compiled program reads no input of the session's.
-            std::process::Command::new(exe)
+            std::process::Command::new(&exe.path)
                 .stdin(std::process::Stdio::null())
                 .status()
                 .map_err(|e| format!("cannot run the compiled program: {e}"))

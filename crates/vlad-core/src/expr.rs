@@ -85,7 +85,18 @@ pub struct Arena {
     pub(crate) origin: HashMap<ExprId, (crate::Tag, ExprId)>,
     /// Code levels of lambdas whose parameter tags say otherwise (see `retag_parameter`).
     pub(crate) base_level: HashMap<ExprId, Tags>,
+    /// Asked every `STOP_INTERVAL` steps of a transform (`transform`, `reverse_transform`):
+    /// `true` stops it with `TransformError::Stopped`. A transform of code that is already
+    /// large can take minutes and gigabytes (reverse mode nested eight deep), so a compile-time
+    /// user with a budget (the flow analysis) sets it; the evaluator leaves it unset.
+    pub stop: Option<Rc<dyn Fn() -> bool>>,
+    /// Steps of transforms since `stop` was last asked.
+    steps: u32,
 }
+
+/// How many steps of a transform (a node of `transform`, a binding of `reverse_transform`) pass
+/// between two questions to `Arena::stop`.
+const STOP_INTERVAL: u32 = 256;
 
 impl Arena {
     pub fn new() -> Arena {
@@ -107,6 +118,20 @@ impl Arena {
             .get(v.id as usize)
             .map(|s| s.as_str())
             .unwrap_or("?")
+    }
+
+    /// `Err(TransformError::Stopped)` if a transform should stop now (`stop`, asked every
+    /// `STOP_INTERVAL` calls).
+    pub(crate) fn keep_going(&mut self) -> Result<(), crate::transform::TransformError> {
+        self.steps += 1;
+        if self.steps < STOP_INTERVAL {
+            return Ok(());
+        }
+        self.steps = 0;
+        match &self.stop {
+            Some(stop) if stop() => Err(crate::transform::TransformError::Stopped),
+            _ => Ok(()),
+        }
     }
 
     /// Interns an expression.

@@ -337,6 +337,7 @@ impl Arena {
         p.vars(&mut pvars);
         tracked.extend(pvars);
         for b in &binds {
+            self.keep_going()?;
             match b {
                 Bind::App(x, f, a, sp) => {
                     tracked.insert(*x);
@@ -429,6 +430,7 @@ impl Arena {
         rev.accumulate_atom(&result, sye)?;
         let mut bp_iter = backprops.iter().rev();
         for b in binds.iter().rev() {
+            rev.arena.keep_going()?;
             match b {
                 Bind::App(x, f, a, _) => {
                     let bp = *bp_iter.next().expect("one backpropagator per call");

@@ -17,6 +17,8 @@ use std::rc::Rc;
 pub enum TransformError {
     /// More nested AD levels than [`crate::tags::MAX_TAG_DEPTH`].
     TooDeep,
+    /// `Arena::stop` said to stop (a compile-time budget is spent).
+    Stopped,
 }
 
 impl fmt::Display for TransformError {
@@ -27,6 +29,7 @@ impl fmt::Display for TransformError {
                 "derivatives are nested more than {} levels deep",
                 crate::tags::MAX_TAG_DEPTH
             ),
+            TransformError::Stopped => write!(f, "the transform was stopped (its budget is spent)"),
         }
     }
 }
@@ -77,6 +80,7 @@ impl Arena {
                 }
                 continue;
             }
+            self.keep_going()?;
             let t = |a: &Arena, k: ExprId| a.transformed[&(k, tag)];
             let new = match self.get(x).clone() {
                 Expr::Var(v) => Expr::Var(tag_var(v, tag)?),
@@ -205,6 +209,58 @@ mod tests {
             a.get(k),
             &Expr::Const(Datum::Real(1.0), Tags::EMPTY.push(Tag::Forward).unwrap())
         );
+    }
+
+    /// A lambda whose body nests `n` applications: `(lambda (x) (x (x ... (x 1))))`.
+    fn deep_lambda(a: &mut Arena, n: usize) -> ExprId {
+        let x = a.fresh_var("x");
+        let vx = a.mk(Expr::Var(x));
+        let mut body = a.mk(Expr::Const(Datum::Real(1.0), Tags::EMPTY));
+        for _ in 0..n {
+            body = a.mk(Expr::App(vx, body, Span::NONE));
+        }
+        a.mk(Expr::Lambda(Rc::new(Pattern::Var(x)), body, Span::NONE))
+    }
+
+    /// `Arena::stop` stops a transform of large code part of the way through, both kinds,
+    /// asked every `STOP_INTERVAL` steps; what was done stays valid: once `stop` is unset the
+    /// transform completes, the forward one as if it had never been stopped (the reverse one
+    /// names its temporaries afresh).
+    #[test]
+    fn transforms_stop_when_told() {
+        use std::cell::Cell;
+        for reverse in [false, true] {
+            let mut a = Arena::new();
+            let lam = deep_lambda(&mut a, 600);
+            let asked = Rc::new(Cell::new(0));
+            let counter = asked.clone();
+            a.stop = Some(Rc::new(move || {
+                counter.set(counter.get() + 1);
+                true
+            }));
+            let run = |a: &mut Arena| {
+                if reverse {
+                    a.reverse_transform(lam, &[], &[])
+                } else {
+                    a.transform(lam, Tag::Forward)
+                }
+            };
+            assert_eq!(
+                run(&mut a),
+                Err(TransformError::Stopped),
+                "reverse: {reverse}"
+            );
+            assert_eq!(asked.get(), 1, "stopped at the first question");
+            a.stop = None;
+            let done = run(&mut a).expect("unbounded, it completes");
+            assert!(matches!(a.get(done), Expr::Lambda(..)));
+            if !reverse {
+                let mut fresh = Arena::new();
+                let lam2 = deep_lambda(&mut fresh, 600);
+                let expected = fresh.transform(lam2, Tag::Forward).unwrap();
+                assert!(a.show(done) == fresh.show(expected));
+            }
+        }
     }
 
     #[test]

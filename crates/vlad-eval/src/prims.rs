@@ -140,12 +140,14 @@ impl Evaluator {
             Prim::Real => Value::Real(one_real(p, &arg).map_err(e)?),
             Prim::WriteReal => {
                 let x = one_real(p, &arg).map_err(e)?;
-                self.output.line(&vlad_syntax::number::format_real(x));
+                self.output
+                    .line(&vlad_syntax::number::format_real(x))
+                    .map_err(e)?;
                 arg
             }
             Prim::Write => {
                 let s = self.render(&arg);
-                self.output.line(&s);
+                self.output.line(&s).map_err(e)?;
                 arg
             }
             _ => return self.apply_ad_prim(p, arg, span).map(Outcome::Value),

@@ -137,8 +137,11 @@ impl Analysis<'_> {
             };
             match t {
                 Ok(t) => lambdas.push(t),
-                // Only one error: nesting too deep.
                 Err(vlad_core::transform::TransformError::TooDeep) => return Ok(None),
+                Err(vlad_core::transform::TransformError::Stopped) => {
+                    self.within_budget()?;
+                    return self.fail("the flow analysis was stopped".into());
+                }
             }
         }
         let mut names = Vec::with_capacity(code.names.len());

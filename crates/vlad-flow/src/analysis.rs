@@ -138,10 +138,16 @@ pub struct Analysis<'a> {
     /// While specialising: the abstract value of every expression of the walked body (more
     /// than one if a shared node is reached with different values).
     pub(crate) recorded_values: Option<HashMap<ExprId, Vec<Av>>>,
-    /// Give up (with an error) after this instant: `vlad run` falls back to the evaluator
-    /// rather than keep the user waiting on a costly analysis.
-    pub deadline: Option<std::time::Instant>,
+    /// The bounds on the analysis's cost (`vlad run` bounds its CPU time and memory, and falls
+    /// back to the evaluator rather than keep the user waiting): asked at every key
+    /// evaluation, and by the Core transforms every few hundred steps (`Arena::stop`: one
+    /// transform of large code can take minutes and gigabytes). A message stops the analysis
+    /// with that error.
+    pub budget: Option<Budget>,
 }
+
+/// See `Analysis::budget`.
+pub type Budget = Rc<dyn Fn() -> Option<String>>;
 
 /// Keys of one code (or one closure and argument shape), and the key that covers them all once
 /// there are too many: new calls join into it.
@@ -181,6 +187,13 @@ pub enum Target {
     Unreachable,
 }
 
+impl Drop for Analysis<'_> {
+    /// The budget bounds this analysis only: the evaluator's transforms run unbounded again.
+    fn drop(&mut self) {
+        self.arena.stop = None;
+    }
+}
+
 impl<'a> Analysis<'a> {
     pub fn new(arena: &'a mut Arena, prelude: Rc<Prelude>) -> Analysis<'a> {
         Analysis {
@@ -215,7 +228,7 @@ impl<'a> Analysis<'a> {
             site: Span::NONE,
             recording: None,
             recorded_values: None,
-            deadline: None,
+            budget: None,
         }
     }
 
@@ -257,6 +270,10 @@ impl<'a> Analysis<'a> {
     /// A worklist: a key is (re-)evaluated when it is new or when the result of a key it read
     /// has grown, so the work is proportional to the changes, not to passes over all keys.
     pub fn analyse(&mut self, e: ExprId) -> R<usize> {
+        self.arena.stop = self.budget.clone().map(|b| {
+            let stop: Rc<dyn Fn() -> bool> = Rc::new(move || b().is_some());
+            stop
+        });
         let unit = Rc::new(Pattern::Const(Datum::Nil, Tags::EMPTY));
         let lam = self.arena.mk(Expr::Lambda(unit, e, Span::NONE));
         let code = self.code(Rc::from([]), Rc::from([lam]), 0);
@@ -292,14 +309,7 @@ impl<'a> Analysis<'a> {
                 ));
             }
             self.queued[k] = false;
-            if self.evals.is_multiple_of(256)
-                && self.deadline.is_some_and(|d| std::time::Instant::now() > d)
-            {
-                return self.fail(format!(
-                    "the flow analysis ran out of time ({} specialisations so far)",
-                    self.keys.len()
-                ));
-            }
+            self.within_budget()?;
             if self.debug && self.evals.is_multiple_of(1000) {
                 let mut depths = vec![0usize; vlad_core::tags::MAX_TAG_DEPTH as usize + 1];
                 for c in 0..self.codes.len() {
@@ -321,6 +331,17 @@ impl<'a> Analysis<'a> {
             self.summaries_grown();
         }
         Ok(())
+    }
+
+    /// An error, the budget's message, once the budget is spent (`budget`).
+    pub(crate) fn within_budget(&self) -> R<()> {
+        match self.budget.as_ref().and_then(|b| b()) {
+            Some(why) => self.fail(format!(
+                "{why} ({} specialisations so far)",
+                self.keys.len()
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Joins `r` into the result of key `k`; where that grows it, the keys that read it are

@@ -32,17 +32,33 @@ pub fn expression(rng: &mut Rng, depth: u32, arrays: Arrays) -> String {
     expression_counted(rng, depth, arrays).0
 }
 
-/// How many array forms a program has inside procedures a derivative is taken of.
+/// How many array forms a program has inside procedures a derivative is taken of, and how
+/// many `(read-real)`s it has.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ArrayCounts {
     /// Inside a forward derivative.
     pub forward: usize,
     /// Inside a reverse derivative.
     pub reverse: usize,
+    /// `(read-real)` forms (`expression_reading`).
+    pub reads: usize,
 }
 
 /// `expression`, and where its array forms are.
 pub fn expression_counted(rng: &mut Rng, depth: u32, arrays: Arrays) -> (String, ArrayCounts) {
+    expression_reading(rng, depth, arrays, false)
+}
+
+/// `expression_counted`, with `(read-real)` among the leaves if `reads`: one in seven of the
+/// `(real k)` leaves reads its real instead (the same random choices otherwise, so the
+/// programs are those of `expression_counted`). Run such programs with an `input` on
+/// standard input.
+pub fn expression_reading(
+    rng: &mut Rng,
+    depth: u32,
+    arrays: Arrays,
+    reads: bool,
+) -> (String, ArrayCounts) {
     let mut cx = Cx {
         fresh: 0,
         arrays: arrays != Arrays::None,
@@ -50,6 +66,7 @@ pub fn expression_counted(rng: &mut Rng, depth: u32, arrays: Arrays) -> (String,
         in_forward: false,
         in_reverse: false,
         counts: ArrayCounts::default(),
+        reads,
     };
     let e = real(rng, &mut Vec::new(), depth, &mut cx);
     (format!("(include \"ad\")\n{e}\n"), cx.counts)
@@ -65,6 +82,77 @@ struct Cx {
     in_forward: bool,
     in_reverse: bool,
     counts: ArrayCounts,
+    /// `(read-real)` may stand for `(real -1)`.
+    reads: bool,
+}
+
+/// `n` numerals for `read-real`, separated by assorted whitespace: the reals the grammar's
+/// `(real k)` leaves hold (-1 to 2 by halves), each spelled one of the ways the reader's
+/// numeral syntax allows (signs, leading and trailing zeros, exponents, radix prefixes for
+/// integers, hundreds of digits), so that a differential test reads them through each
+/// engine's reader of numbers.
+pub fn input(rng: &mut Rng, n: usize) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        if i > 0 {
+            s.push_str([" ", "\n", "\t", "  ", "\r\n", " \u{b}", "\u{c}"][rng.below(7)]);
+        }
+        let halves = rng.below(7) as i64 - 2;
+        s.push_str(&spell(rng, halves));
+    }
+    s.push('\n');
+    s
+}
+
+/// A numeral for `halves / 2`, spelled at random.
+fn spell(rng: &mut Rng, halves: i64) -> String {
+    let x = halves as f64 / 2.0;
+    let sign = if x < 0.0 {
+        "-"
+    } else {
+        ["", "+"][rng.below(2)]
+    };
+    let (whole, half) = (halves.unsigned_abs() / 2, halves.unsigned_abs() % 2 == 1);
+    let fraction = if half { "5" } else { "" };
+    let zeros = |k: usize| "0".repeat(k);
+    match rng.below(9) {
+        // Plain decimal, as the evaluator prints it.
+        0 => format!("{sign}{}", x.abs()),
+        // Leading and trailing zeros, a bare point.
+        1 => format!(
+            "{sign}{}{whole}.{fraction}{}",
+            zeros(rng.below(4)),
+            zeros(rng.below(4))
+        ),
+        // No digit before the point.
+        2 if whole == 0 => format!("{sign}.{}{fraction}", if half { "" } else { "0" }),
+        // An exponent: 15e-1, 0.15E1.
+        3 => format!(
+            "{sign}{whole}{fraction}{}{}",
+            ["e", "E"][rng.below(2)],
+            if half { "-1" } else { "0" }
+        ),
+        4 if whole > 0 => format!("{sign}0.{whole}{fraction}e1"),
+        // Hundreds of digits: zeros before the number, or after its point.
+        5 => format!("{sign}{}{whole}.{fraction}", zeros(200 + rng.below(200))),
+        6 => format!("{sign}{whole}.{fraction}{}", zeros(200 + rng.below(200))),
+        // An integer in a radix, the sign after the prefix.
+        7 if !half => {
+            let (prefix, digits) = match rng.below(4) {
+                0 => ("#x", format!("{whole:x}")),
+                1 => ("#b", format!("{whole:b}")),
+                2 => ("#o", format!("{whole:o}")),
+                _ => ("#d", format!("{whole}")),
+            };
+            let prefix = if rng.below(2) == 0 {
+                prefix.to_uppercase()
+            } else {
+                prefix.to_string()
+            };
+            format!("{prefix}{sign}{digits}")
+        }
+        _ => format!("{sign}{whole}{}", if half { ".5" } else { "" }),
+    }
 }
 
 /// xorshift64*: tiny, deterministic.
@@ -89,7 +177,13 @@ fn real(rng: &mut Rng, vars: &mut Vec<String>, depth: u32, fresh: &mut Cx) -> St
     if leaf {
         return match rng.below(3) {
             0 if !vars.is_empty() => vars[rng.below(vars.len())].clone(),
-            1 => format!("(real {})", rng.below(7) as f64 / 2.0 - 1.0),
+            1 => match rng.below(7) {
+                0 if fresh.reads => {
+                    fresh.counts.reads += 1;
+                    "(read-real)".to_string()
+                }
+                k => format!("(real {})", k as f64 / 2.0 - 1.0),
+            },
             _ => format!("{}", rng.below(9) as f64 / 4.0 - 0.5),
         };
     }
@@ -407,5 +501,35 @@ fn maybe_unknown(rng: &mut Rng, n: usize) -> String {
         n.to_string()
     } else {
         format!("(real {n})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every numeral of `input` is one the reader reads, as the real it stands for.
+    #[test]
+    fn inputs_are_numerals_of_the_leaves_reals() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let text = input(&mut rng, 2000);
+        let mut spellings = std::collections::HashSet::new();
+        for tok in text.split(|c: char| c.is_ascii_whitespace() || c == '\u{b}') {
+            if tok.is_empty() {
+                continue;
+            }
+            let x = vlad_syntax::number::parse_number(tok)
+                .unwrap_or_else(|| panic!("`{tok}` is not a numeral"));
+            assert!(
+                (x * 2.0).fract() == 0.0 && (-1.0..=2.0).contains(&x),
+                "{tok}: {x}"
+            );
+            spellings.insert(
+                tok.chars()
+                    .filter(|c| !c.is_ascii_digit())
+                    .collect::<String>(),
+            );
+        }
+        assert!(spellings.len() >= 20, "{spellings:?}");
     }
 }

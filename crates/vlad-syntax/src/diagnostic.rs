@@ -15,8 +15,7 @@ pub struct SourceFile {
 
 impl SourceFile {
     fn new(path: String, text: String) -> SourceFile {
-        let mut line_starts = vec![0];
-        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        let line_starts = line_starts(&text);
         SourceFile {
             path,
             text,
@@ -91,7 +90,7 @@ impl SourceMap {
     /// `(path, line, column)` of the start of `span`, 1-based, column in characters.
     pub fn location(&self, span: Span) -> Option<(&str, usize, usize)> {
         let f = self.file(span.file)?;
-        let off = (span.start as usize).min(f.text.len());
+        let off = (span.start as usize).clamp(f.line_starts[0], f.text.len());
         let line = f.line_starts.partition_point(|&s| s <= off) - 1;
         let start = f.line_starts[line];
         let col = f
@@ -123,6 +122,20 @@ impl SourceMap {
         let end = f.line_starts.get(line).copied().unwrap_or(f.text.len());
         f.text[start..end].trim_end_matches(['\n', '\r'])
     }
+}
+
+/// Where each line of `text` starts: after CR LF, LF, or a CR alone (old Mac files; the
+/// reader treats all three as line ends). The first line starts after a byte order mark, which
+/// is not part of it.
+fn line_starts(text: &str) -> Vec<usize> {
+    let b = text.as_bytes();
+    let mut starts = vec![if text.starts_with('\u{feff}') { 3 } else { 0 }];
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n')) {
+            starts.push(i + 1);
+        }
+    }
+    starts
 }
 
 /// An error with the place it is about.
@@ -163,6 +176,30 @@ mod tests {
         assert_eq!(sm.location(Span::new(f, 0, 1)), Some(("t.vlad", 1, 1)));
         let c = "(a)\n(λb ".len();
         assert_eq!(sm.location(Span::new(f, c, c + 1)), Some(("t.vlad", 2, 5)));
+    }
+
+    #[test]
+    fn every_line_end_counts() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("t.vlad", "a\rb\r\nc\nd\r\re");
+        for (at, line) in [(0, 1), (2, 2), (5, 3), (7, 4), (10, 6)] {
+            assert_eq!(
+                sm.location(Span::new(f, at, at + 1)),
+                Some(("t.vlad", line, 1))
+            );
+        }
+        let r = Diagnostic::new(Span::new(f, 2, 3), "here").render(&sm);
+        assert!(r.contains("2 | b\n  | ^\n"), "{r}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_a_column() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("t.vlad", "\u{feff}(foo bar)\n");
+        let d = Diagnostic::new(Span::new(f, 8, 11), "unbound variable bar");
+        let r = d.render(&sm);
+        assert!(r.starts_with("t.vlad:1:6: error:"), "{r}");
+        assert!(r.contains("1 | (foo bar)\n  |      ^^^\n"), "{r}");
     }
 
     #[test]

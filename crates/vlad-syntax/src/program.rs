@@ -144,58 +144,7 @@ fn load_text(
             return Err(Diagnostic::new(f.span, "`===>` must follow an expression"));
         }
         if f.is_form("include") {
-            let items = f.list().expect("form");
-            let name = match items {
-                [_, Sexp {
-                    kind: SexpKind::Str(s),
-                    ..
-                }] => s.clone(),
-                _ => {
-                    return Err(Diagnostic::new(
-                        f.span,
-                        "`include` takes one string: (include \"name\")",
-                    ))
-                }
-            };
-            let found = find_include(origin, &name, include_dirs)
-                .ok_or_else(|| Diagnostic::new(f.span, format!("cannot find included file \"{name}\" (tried {name}.vlad in the including file's directory, the current directory, the -I directories and the standard library)")))?;
-            let key = found.key();
-            if active.stack.contains(&key) {
-                return Err(Diagnostic::new(
-                    f.span,
-                    format!("\"{name}\" includes itself"),
-                ));
-            }
-            // A file is spliced once per program: including a library twice (directly and
-            // through another library) does not define its names twice.
-            if let Some(&id) = active.done.get(&key) {
-                out.push(TopForm::Include {
-                    from: file,
-                    file: id,
-                });
-                i += 1;
-                continue;
-            }
-            let (id, next) = match &found {
-                Found::Disk(p) => {
-                    let text = std::fs::read_to_string(p).map_err(|e| {
-                        Diagnostic::new(f.span, format!("cannot read {}: {e}", p.display()))
-                    })?;
-                    (sources.add(p.display().to_string(), text), Origin::Disk(p))
-                }
-                Found::Library(name, text) => (
-                    sources.add_library(library::path(name), *text),
-                    Origin::Library,
-                ),
-            };
-            active.done.insert(key.clone(), id);
-            out.push(TopForm::Include {
-                from: file,
-                file: id,
-            });
-            active.stack.push(key);
-            load_text(sources, next, id, include_dirs, out, active)?;
-            active.stack.pop();
+            include(sources, origin, file, f, include_dirs, out, active)?;
             i += 1;
             continue;
         }
@@ -216,13 +165,140 @@ fn load_text(
             None
         };
         let step = if expected.is_some() { 3 } else { 1 };
-        out.push(TopForm::Expr {
-            form: f.clone(),
-            expected,
-        });
+        let form = if f.is_form("multiform") {
+            splice_includes(sources, origin, file, f, include_dirs, active)?
+        } else {
+            f.clone()
+        };
+        out.push(TopForm::Expr { form, expected });
         i += step;
     }
     Ok(())
+}
+
+/// Splices the forms of the file that `(include "name")` (the form `f`, in the file `file`,
+/// which came from `origin`) names into `out` after a `TopForm::Include` marker; a file this
+/// program has spliced already (`active.done`) gets the marker alone.
+fn include(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    file: u32,
+    f: &Sexp,
+    include_dirs: &[PathBuf],
+    out: &mut Vec<TopForm>,
+    active: &mut Includes,
+) -> Result<(), Diagnostic> {
+    let items = f.list().expect("form");
+    let name = match items {
+        [_, Sexp {
+            kind: SexpKind::Str(s),
+            ..
+        }] => s.clone(),
+        _ => {
+            return Err(Diagnostic::new(
+                f.span,
+                "`include` takes one string: (include \"name\")",
+            ))
+        }
+    };
+    let found = find_include(origin, &name, include_dirs)
+        .ok_or_else(|| Diagnostic::new(f.span, format!("cannot find included file \"{name}\" (tried {name}.vlad in the including file's directory, the current directory, the -I directories and the standard library)")))?;
+    let key = found.key();
+    if active.stack.contains(&key) {
+        return Err(Diagnostic::new(
+            f.span,
+            format!("\"{name}\" includes itself"),
+        ));
+    }
+    // A file is spliced once per program: including a library twice (directly and through
+    // another library) does not define its names twice.
+    if let Some(&id) = active.done.get(&key) {
+        out.push(TopForm::Include {
+            from: file,
+            file: id,
+        });
+        return Ok(());
+    }
+    let (id, next) = match &found {
+        Found::Disk(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                Diagnostic::new(f.span, format!("cannot read {}: {e}", p.display()))
+            })?;
+            (sources.add(p.display().to_string(), text), Origin::Disk(p))
+        }
+        Found::Library(name, text) => (
+            sources.add_library(library::path(name), *text),
+            Origin::Library,
+        ),
+    };
+    active.done.insert(key.clone(), id);
+    out.push(TopForm::Include {
+        from: file,
+        file: id,
+    });
+    active.stack.push(key);
+    load_text(sources, next, id, include_dirs, out, active)?;
+    active.stack.pop();
+    Ok(())
+}
+
+/// `(multiform form ... expr)` with each `(include "name")` among its forms replaced by the
+/// definitions of that file, as the reference implementation's tests write it: `(multiform
+/// (include "math") (f 3))`. The definitions are the test's own, like its other definitions
+/// (expanded in the scope of the `multiform`, which is the including file's); the file is
+/// spliced whether or not the program included it already, since what an earlier `multiform`
+/// included is not visible here.
+fn splice_includes(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    file: u32,
+    form: &Sexp,
+    include_dirs: &[PathBuf],
+    active: &mut Includes,
+) -> Result<Sexp, Diagnostic> {
+    let items = form.list().expect("a multiform form");
+    if !items.iter().any(|x| x.is_form("include")) {
+        return Ok(form.clone());
+    }
+    let mut local = Includes {
+        stack: active.stack.clone(),
+        done: HashMap::new(),
+    };
+    let mut spliced = Vec::with_capacity(items.len());
+    for item in items {
+        if !item.is_form("include") {
+            spliced.push(item.clone());
+            continue;
+        }
+        let mut forms = Vec::new();
+        include(
+            sources,
+            origin,
+            file,
+            item,
+            include_dirs,
+            &mut forms,
+            &mut local,
+        )?;
+        for f in forms {
+            match f {
+                TopForm::Define(d) => spliced.push(d),
+                // The scope of names is the multiform's: the markers of scoping by file do
+                // not apply inside an expression.
+                TopForm::Include { .. } => {}
+                TopForm::Expr { form, .. } => {
+                    return Err(Diagnostic::new(
+                        form.span,
+                        "a file included in `multiform` may only define names",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(Sexp {
+        kind: SexpKind::List(spliced),
+        span: form.span,
+    })
 }
 
 /// The file `(include "name")` means, searched in this order: the directory of the including

@@ -80,6 +80,8 @@ enum Open {
     Vector,
     /// `'` waiting for its datum.
     Quote,
+    /// `#;` waiting for the datum it comments out.
+    Skip,
 }
 
 struct Frame {
@@ -104,13 +106,19 @@ pub fn read(file: u32, text: &str) -> Result<Vec<Sexp>, Diagnostic> {
     let bytes = text.as_bytes();
     let mut top: Vec<Sexp> = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
-    let mut i = 0;
+    // A byte order mark, which some editors write at the start of UTF-8 files, is not text.
+    let mut i = if text.starts_with('\u{feff}') { 3 } else { 0 };
     // Pushes a completed datum into the innermost open frame (closing pending quotes).
     fn deliver(stack: &mut Vec<Frame>, top: &mut Vec<Sexp>, mut d: Sexp, file: u32) {
         loop {
             match stack.last_mut() {
                 None => {
                     top.push(d);
+                    return;
+                }
+                Some(f) if matches!(f.kind, Open::Skip) => {
+                    // The datum is commented out: it goes nowhere.
+                    stack.pop();
                     return;
                 }
                 Some(f) if matches!(f.kind, Open::Quote) => {
@@ -149,9 +157,19 @@ pub fn read(file: u32, text: &str) -> Result<Vec<Sexp>, Diagnostic> {
         }
         match c {
             ';' => {
-                while i < bytes.len() && bytes[i] != b'\n' {
+                // To the end of the line, whichever line ends the file uses (CR LF, LF, CR).
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
                     i += 1;
                 }
+            }
+            '#' if text[i..].starts_with("#;") => {
+                stack.push(Frame {
+                    kind: Open::Skip,
+                    start: i,
+                    items: vec![],
+                    dot: None,
+                });
+                i += 2;
             }
             '#' if text[i..].starts_with("#|") => {
                 let start = i;
@@ -216,6 +234,12 @@ pub fn read(file: u32, text: &str) -> Result<Vec<Sexp>, Diagnostic> {
                         return Err(Diagnostic::new(
                             sp(f.start, f.start + 1),
                             "quote without a datum",
+                        ))
+                    }
+                    Open::Skip => {
+                        return Err(Diagnostic::new(
+                            sp(f.start, f.start + 2),
+                            "`#;` without a datum to comment out",
                         ))
                     }
                     Open::Vector => SexpKind::Vector(f.items),
@@ -322,11 +346,12 @@ pub fn read(file: u32, text: &str) -> Result<Vec<Sexp>, Diagnostic> {
         }
     }
     if let Some(f) = stack.last() {
-        let what = match f.kind {
-            Open::Quote => "quote without a datum",
-            _ => "unclosed parenthesis",
+        let (what, width) = match f.kind {
+            Open::Quote => ("quote without a datum", 1),
+            Open::Skip => ("`#;` without a datum to comment out", 2),
+            _ => ("unclosed parenthesis", 1),
         };
-        return Err(Diagnostic::new(sp(f.start, f.start + 1), what));
+        return Err(Diagnostic::new(sp(f.start, f.start + width), what));
     }
     Ok(top)
 }
@@ -354,6 +379,33 @@ mod tests {
         assert_eq!(show("[a b] #| block #| nested |# |# c"), "(a b) c");
         assert_eq!(show("(x ===> 3)"), "(x ===> 3)");
         assert_eq!(show("\"a\\\"b\""), "\"a\\\"b\"");
+    }
+
+    #[test]
+    fn datum_comments_skip_one_datum() {
+        assert_eq!(show("(a #;b c)"), "(a c)");
+        assert_eq!(show("(a #; (b (c d)) e)"), "(a e)");
+        assert_eq!(show("#;#;a b c"), "c");
+        assert_eq!(show("'#;a b"), "(quote b)");
+        assert_eq!(show("(a . #;b c)"), "(a . c)");
+        assert_eq!(show("#;(define x 1) 2 ; #;3\n4"), "2 4");
+        for (text, at) in [("(a #;)", 3), ("#;", 0), ("(#;", 1)] {
+            let e = read(0, text).unwrap_err();
+            assert_eq!(e.span.start as usize, at, "{text}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_text() {
+        let v = read(0, "\u{feff}(a)").unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].to_string(), "(a)");
+        assert_eq!(v[0].span, Span::new(0, 3, 6));
+    }
+
+    #[test]
+    fn comments_end_at_any_line_end() {
+        assert_eq!(show("; one\r(a) ; two\r\n(b) ; three\n(c)"), "(a) (b) (c)");
     }
 
     #[test]

@@ -34,8 +34,10 @@ pub struct Compiled {
 
 /// How to compile.
 pub struct Options<'r> {
-    /// Give up the analysis after this instant.
-    pub deadline: Option<std::time::Instant>,
+    /// The bounds on the flow analysis's cost (`vlad_flow::Analysis::budget`): asked as it
+    /// works (and inside the Core transforms it applies), its message stops the analysis with
+    /// that error. `None`: unbounded.
+    pub budget: Option<vlad_flow::analysis::Budget>,
     /// The rendered position of an error site (`path:line:col: error: ` and the excerpt).
     pub render: vlad_lower::SiteRenderer<'r>,
     /// A rendered diagnostic the program reports after its expressions (the expansion error
@@ -66,7 +68,7 @@ pub fn compile(
         in_analysis: false,
         expr: None,
     })?;
-    analysis.deadline = opts.deadline;
+    analysis.budget = opts.budget.clone();
     let mut entries = Vec::new();
     for (i, e) in exprs.iter().enumerate() {
         entries.push(

@@ -177,7 +177,7 @@ pub fn library_c(
     file: &Path,
     include: &[PathBuf],
     exports: &[Signature],
-    deadline: Option<std::time::Instant>,
+    budget: Option<vlad_flow::analysis::Budget>,
 ) -> Result<LibraryC, String> {
     if exports.is_empty() {
         return Err("vlad: error: a library exports at least one procedure (--export)\n".into());
@@ -233,7 +233,7 @@ pub fn library_c(
     let mut ev = Evaluator::new(arena);
     let mut analysis = crate::analysis(&mut ev)
         .map_err(|e| Diagnostic::new(e.span, e.message).render(&sources))?;
-    analysis.deadline = deadline;
+    analysis.budget = budget;
     let at = |span: Span, message: String| {
         if sources.location(span).is_some() && span.is_user() {
             Diagnostic::new(span, message).render(&sources)

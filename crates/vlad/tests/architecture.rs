@@ -18,6 +18,7 @@ const RULES: &[(&str, Option<&[&str]>)] = &[
     ("vlad-ir", Some(&["vlad-core"])),
     ("vlad-lower", Some(&["vlad-core", "vlad-flow", "vlad-ir"])),
     ("vlad-backend-c", Some(&["vlad-core", "vlad-ir"])),
+    ("vlad-farfel", Some(&["vlad-core", "vlad-syntax"])),
     ("vlad-random", Some(&[])),
     ("vlad", None),
     ("vlad-cli", None),

@@ -3,13 +3,15 @@
 //! derivatives (nested), and arrays (inside derivatives too), built from a seeded grammar
 //! (`vlad-random`) so that most of them run without error. Each program is analysed,
 //! specialised and run by the executor; its value (printed) or its error (message and
-//! position), and what it printed, must be the evaluator's. 1,000 programs per run.
+//! position), and what it printed, must be the evaluator's. Some read reals (`read-real`):
+//! both runs read the same text, numerals spelled every way the reader allows. 1,000
+//! programs per run.
 
 use std::path::Path;
 use vlad_core::Arena;
 use vlad_eval::io::{Input, Output};
 use vlad_eval::Evaluator;
-use vlad_random::{expression, Arrays, Rng};
+use vlad_random::{expression_reading, input, Arrays, Rng};
 use vlad_syntax::program::{build, load_str};
 use vlad_syntax::SourceMap;
 
@@ -33,8 +35,9 @@ fn outcome(r: Result<vlad_eval::value::Value, vlad_eval::EvalError>, ev: &mut Ev
     }
 }
 
-/// Runs one program both ways; `Ok(true)` when it gave a value (not an error).
-fn run_case(text: &str) -> Result<bool, String> {
+/// Runs one program both ways, each reading `numerals`; `Ok(true)` when it gave a value (not
+/// an error).
+fn run_case(text: &str, numerals: &str) -> Result<bool, String> {
     let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lib");
     let mut sources = SourceMap::new();
     let forms = load_str(&mut sources, Path::new("random.vlad"), text, &[lib])
@@ -48,7 +51,7 @@ fn run_case(text: &str) -> Result<bool, String> {
         let core = te
             .core
             .map_err(|d| format!("does not expand: {}", d.message))?;
-        ev.input = Input::from_numbers([]);
+        ev.input = Input::from_text(numerals);
         let (out, printed) = Output::buffer();
         ev.output = out;
         ev.steps = 0;
@@ -65,6 +68,7 @@ fn run_case(text: &str) -> Result<bool, String> {
         };
         let program = compiled.map_err(|e| format!("does not compile: {}", e.message))?;
         ev.steps = 0;
+        ev.input = Input::from_text(numerals);
         let (out, printed) = Output::buffer();
         ev.output = out;
         let got = {
@@ -92,12 +96,17 @@ fn random_programs_agree_with_the_evaluator() {
     let handle = std::thread::Builder::new()
         .stack_size(1 << 30)
         .spawn(move || {
-            let mut rng = Rng(setting("VLAD_RANDOM_SEED", 0x9e37_79b9_7f4a_7c15) | 1);
+            let seed = setting("VLAD_RANDOM_SEED", 0x9e37_79b9_7f4a_7c15) | 1;
+            let mut rng = Rng(seed);
+            // The inputs from a generator of their own: the programs are those of the seed.
+            let mut numerals = Rng(seed.rotate_left(17) | 1);
             let mut failures = Vec::new();
             let (mut values, mut reverse, mut arrays, mut lists, mut prints) = (0, 0, 0, 0, 0);
-            let (mut list_arrays, mut booleans) = (0, 0);
+            let (mut list_arrays, mut reads, mut booleans) = (0, 0, 0);
             for case in 0..cases {
-                let text = expression(&mut rng, 4, Arrays::Everywhere);
+                let (text, counts) = expression_reading(&mut rng, 4, Arrays::Everywhere, true);
+                let numerals = input(&mut numerals, 64);
+                reads += usize::from(counts.reads > 0);
                 reverse += usize::from(text.contains("derivative-R"));
                 arrays += usize::from(text.contains("(build") || text.contains("(ifold"));
                 lists += usize::from(text.contains("(null? "));
@@ -108,9 +117,11 @@ fn random_programs_agree_with_the_evaluator() {
                         || text.contains("(bundle (<")
                         || text.contains("(cons (<"),
                 );
-                match run_case(&text) {
+                match run_case(&text, &numerals) {
                     Ok(v) => values += usize::from(v),
-                    Err(why) => failures.push(format!("case {case}:\n{text}{why}\n")),
+                    Err(why) => {
+                        failures.push(format!("case {case}:\n{text}input: {numerals:?}\n{why}\n"))
+                    }
                 }
             }
             (
@@ -119,17 +130,16 @@ fn random_programs_agree_with_the_evaluator() {
                 reverse,
                 arrays,
                 (lists, list_arrays),
-                prints,
-                booleans,
+                (prints, reads, booleans),
             )
         })
         .expect("thread");
-    let (failures, values, reverse, arrays, (lists, list_arrays), prints, booleans) =
+    let (failures, values, reverse, arrays, (lists, list_arrays), (prints, reads, booleans)) =
         handle.join().expect("no panic");
     eprintln!(
         "{cases} random programs: {values} gave values, {reverse} use reverse mode, {arrays} \
          arrays, {lists} lists of unknown length ({list_arrays} of arrays), {prints} write-real, \
-         {booleans} booleans in AD operators"
+         {reads} read-real, {booleans} booleans in AD operators"
     );
     // Not vacuous: most programs compute something, many differentiate in reverse mode, and
     // many use arrays (inside derivatives too).
@@ -144,6 +154,7 @@ fn random_programs_agree_with_the_evaluator() {
     assert!(arrays >= cases / 5, "only {arrays} programs use arrays");
     assert!(lists >= cases / 20, "only {lists} programs build lists");
     assert!(prints >= cases / 20, "only {prints} programs print");
+    assert!(reads >= cases / 20, "only {reads} programs read");
     assert!(
         booleans >= cases / 20,
         "only {booleans} programs put booleans through AD operators"
