@@ -293,6 +293,19 @@ pub struct Export {
     pub key: usize,
 }
 
+/// `(cons* a b ...)`: the one argument a call `(f a b ...)` passes.
+pub fn cons_star(args: &[Av]) -> Av {
+    match args {
+        [] => Av::Nil,
+        [a] => a.clone(),
+        [a, rest @ ..] => Av::Pair(
+            vlad_core::tags::Tags::EMPTY,
+            Rc::new(a.clone()),
+            Rc::new(cons_star(rest)),
+        ),
+    }
+}
+
 impl Lowerer<'_, '_> {
     /// The function of an exported entry point: it takes its boxed arguments apart (each real
     /// checked to be a real, each array converted to the flat array of its layout), calls the
@@ -320,6 +333,10 @@ impl Lowerer<'_, '_> {
                 let what = format!("vlad_{}, argument {}", e.name, i + 1);
                 leaves.extend(s.unpack_argument(Operand::Var(p), av, &what)?);
             }
+            // The analysis may have widened the argument (a long list of arguments is a deep
+            // pair, whose later parts it may box): the leaves go into the function's layout.
+            let to = s.fun(e.key)?.arg.clone();
+            let leaves = s.coerce_leaves(&cons_star(&e.args), &leaves, &to)?;
             let v = s.call_fun(e.key, Vec::new(), leaves)?;
             let boxed = if v.av == Av::Bottom {
                 Operand::Null

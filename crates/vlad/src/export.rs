@@ -265,7 +265,7 @@ pub fn library_c(
         }
         let args: Vec<Av> = e.args.iter().map(Shape::av).collect();
         let call = analysis
-            .analyse_call(&procedure, &cons_star(&args))
+            .analyse_call(&procedure, &vlad_lower::cons_star(&args))
             .map_err(|err| at(err.span, err.message))?;
         // The analysis is sound: a result with no value means that no call returns.
         if analysis.results[call] == Av::Bottom {
@@ -352,15 +352,6 @@ fn holds_procedure(av: &Av) -> bool {
         Av::Bundle(p, t) => holds_procedure(p) || holds_procedure(t),
         Av::Dyn(callees) => !callees.is_empty(),
         Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => false,
-    }
-}
-
-/// `(cons* a b ...)`: the one argument a call `(f a b ...)` passes.
-fn cons_star(args: &[Av]) -> Av {
-    match args {
-        [] => Av::Nil,
-        [a] => a.clone(),
-        [a, rest @ ..] => Av::Pair(Tags::EMPTY, Rc::new(a.clone()), Rc::new(cons_star(rest))),
     }
 }
 

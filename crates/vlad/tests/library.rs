@@ -25,6 +25,8 @@ const PROGRAM: &str = r#"(include "array")
 (define (checked x) (if (> x 0) (sqrt x) (car x)))
 (define (nothing) '())
 (define (make-adder x) (lambda (y) (+ x y)))
+(define (ten a b c m e f v n q l)
+  (list a b c (array-length (get m 0)) e f (get v 1) (array-length n) (get (get q 0) 2) (array-length l)))
 (define k 3)
 "#;
 
@@ -93,6 +95,8 @@ fn exported_procedures_agree_with_the_evaluator() {
             "pos(real)",
             "checked(real)",
             "nothing()",
+            "ten(real, real, real, array(array), real, real, array, array(array), \
+             array(array), array(array))",
         ],
         false,
     )
@@ -127,6 +131,22 @@ fn exported_procedures_agree_with_the_evaluator() {
         ("g", vec![row(&[1.0])]),
         ("stats", vec![row(&[])]),
         ("g", vec![row(&[2.0, 2.0])]),
+        // Ten arguments: the analysis boxes the end of the deep pair they make.
+        (
+            "ten",
+            vec![
+                Arg::Real(1.0),
+                Arg::Real(2.0),
+                Arg::Real(3.0),
+                Arg::Array(vec![row(&[1.0, 2.0, 3.0])]),
+                Arg::Real(5.0),
+                Arg::Real(6.0),
+                row(&[7.0, 8.0]),
+                Arg::Array(vec![row(&[1.0]), row(&[2.0])]),
+                Arg::Array(vec![row(&[1.0, 2.0, 9.0])]),
+                Arg::Array(vec![row(&[1.0]), row(&[2.0]), row(&[3.0])]),
+            ],
+        ),
     ];
     for (name, args) in &cases {
         let expected = oracle(&file, name, args);
