@@ -2,6 +2,7 @@
 
 mod check;
 mod compile;
+mod gradbench;
 mod native;
 mod repl;
 
@@ -85,6 +86,17 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         history: Option<PathBuf>,
     },
+    /// Speak GradBench's protocol on standard input and output: vlad as a tool of the AD
+    /// benchmark suite (docs/gradbench.md).
+    Gradbench {
+        /// Read the modules' VLAD files (`NAME.vlad`) from this directory instead of the ones
+        /// built into vlad.
+        #[arg(long, value_name = "DIR")]
+        modules: Option<PathBuf>,
+        /// Compile for any CPU of this architecture (no `-march=native`).
+        #[arg(long)]
+        portable: bool,
+    },
     /// Check a conformance file: every `expr ===> expected` assertion must hold.
     Check {
         file: PathBuf,
@@ -163,6 +175,7 @@ fn dispatch(cli: Cli) -> u8 {
             check::check(&file, &include, max_steps, engine)
         }
         Command::Repl { include, history } => repl::repl(&include, history),
+        Command::Gradbench { modules, portable } => gradbench::gradbench(modules, !portable),
         Command::Compile {
             file,
             include,

@@ -1,0 +1,534 @@
+//! `vlad gradbench`: scripted sessions of GradBench's protocol (every message kind, malformed
+//! lines, a module that fails, `min_runs` / `min_seconds`), and each module's outputs against
+//! an independent reference computed here (hand-written Rust, or finite differences of it),
+//! with GradBench's tolerance or a tighter one.
+//!
+//! The modules are compiled with `VLAD_CFLAGS=-O1` (the C compiler's time is most of these
+//! tests' time; the results are the same at -O3). The particle module is the exception: its
+//! library is the largest (four nestings of reverse and forward mode through an ODE loop), and
+//! compiling and running it takes about a minute on two cores, so its test is `#[ignore]`d and
+//! run by benches/gradbench/run.sh, and by `cargo test --release -p vlad-cli --test gradbench
+//! -- --ignored`.
+
+use serde_json::{json, Value as Json};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one session may take before it counts as hung.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+/// Runs `vlad gradbench` on `lines` (each written as one line; a `Json::String` is written
+/// as its raw text, for malformed lines) and returns the answers, one JSON value per line of
+/// its standard output, and its standard error. The session must end by itself at the end of
+/// its input, with exit code 0, and write nothing but JSON lines.
+fn session(lines: &[Json]) -> (Vec<Json>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .arg("gradbench")
+        .env("VLAD_CFLAGS", "-O1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vlad gradbench");
+    let text: String = lines
+        .iter()
+        .map(|l| match l {
+            Json::String(raw) => format!("{raw}\n"),
+            other => format!("{other}\n"),
+        })
+        .collect();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(text.as_bytes());
+    });
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).unwrap();
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("vlad gradbench did not finish in {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    feeder.join().unwrap();
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "exit {status:?}\n{out}\n{err}");
+    let answers = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line: {l:?} ({e})")))
+        .collect();
+    (answers, err)
+}
+
+/// The answers to `define module` and then to evaluating each call, in order (and the log).
+fn answers(module: &str, calls: &[(&str, Json)]) -> (Vec<Json>, String) {
+    let mut lines = vec![json!({"id": 0, "kind": "define", "module": module})];
+    for (i, (function, input)) in calls.iter().enumerate() {
+        lines.push(json!({"id": i + 1, "kind": "evaluate", "module": module,
+                          "function": function, "input": input}));
+    }
+    let (answers, err) = session(&lines);
+    assert_eq!(answers.len(), lines.len(), "{answers:?}\n{err}");
+    assert_eq!(answers[0], json!({"id": 0, "success": true}), "{err}");
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["id"], json!(i));
+    }
+    (answers[1..].to_vec(), err)
+}
+
+/// The outputs of the calls, which must all succeed.
+fn outputs(module: &str, calls: &[(&str, Json)]) -> Vec<Json> {
+    let (answers, err) = answers(module, calls);
+    answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a["success"], json!(true), "{a}\n{err}");
+            let timings = a["timings"].as_array().unwrap();
+            assert!(!timings.is_empty());
+            a["output"].clone()
+        })
+        .collect()
+}
+
+/// GradBench's comparison of two floats: |x - y| / max(1, |x| + |y|) <= tolerance.
+fn close(x: f64, y: f64, tolerance: f64) -> bool {
+    (x - y).abs() / (x.abs() + y.abs()).max(1.0) <= tolerance
+}
+
+/// `got` has the shape of `want` (numbers, arrays of them) and its numbers are close.
+fn assert_close(got: &Json, want: &Json, tolerance: f64) {
+    match (got, want) {
+        (Json::Number(g), Json::Number(w)) => {
+            let (g, w) = (g.as_f64().unwrap(), w.as_f64().unwrap());
+            assert!(close(g, w, tolerance), "{g} is not {w}");
+        }
+        (Json::Array(g), Json::Array(w)) => {
+            assert_eq!(g.len(), w.len(), "{got} against {want}");
+            for (g, w) in g.iter().zip(w) {
+                assert_close(g, w, tolerance);
+            }
+        }
+        _ => panic!("{got} does not have the shape of {want}"),
+    }
+}
+
+/// Pseudo-random reals in [-1, 1) (a fixed sequence: the tests are repeatable).
+fn reals(seed: u64, n: usize) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Central differences of `f` at `x`.
+fn finite_gradient(f: impl Fn(&[f64]) -> f64, x: &[f64]) -> Vec<f64> {
+    (0..x.len())
+        .map(|i| {
+            let h = 1e-6 * x[i].abs().max(1.0);
+            let (mut up, mut down) = (x.to_vec(), x.to_vec());
+            up[i] += h;
+            down[i] -= h;
+            (f(&up) - f(&down)) / (2.0 * h)
+        })
+        .collect()
+}
+
+#[test]
+fn a_scripted_session_answers_every_kind_of_message() {
+    let x: [f64; 3] = [1.0, -2.0, 0.5];
+    let (answers, err) = session(&[
+        json!({"id": 0, "kind": "start", "eval": "hello", "config": {"any": 1}}),
+        json!({"id": 1, "kind": "define", "module": "hello"}),
+        json!({"id": 2, "kind": "evaluate", "module": "hello", "function": "square", "input": 3,
+               "description": "a number"}),
+        json!({"id": 3, "kind": "evaluate", "module": "hello", "function": "double", "input": -1.5}),
+        json!({"id": 4, "kind": "analysis", "module": "hello", "function": "square"}),
+        // A module vlad does not have, one it does not support, and one whose evaluation fails.
+        json!({"id": 5, "kind": "define", "module": "nonesuch"}),
+        json!({"id": 6, "kind": "define", "module": "gmm"}),
+        json!({"id": 7, "kind": "evaluate", "module": "gmm", "function": "objective", "input": {}}),
+        json!({"id": "eight", "kind": "evaluate", "module": "hello", "function": "cube", "input": 1}),
+        json!({"id": 9, "kind": "evaluate", "module": "hello", "function": "square", "input": "three"}),
+        // Lines that are not messages: on standard error, not answered.
+        json!("this is not JSON"),
+        json!("[1, 2]"),
+        json!({"kind": "start"}),
+        json!(""),
+        // Messages with an id that cannot be carried out.
+        json!({"id": 10}),
+        json!({"id": 11, "kind": "define"}),
+        json!({"id": 12, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}}),
+        // min_runs and min_seconds.
+        json!({"id": 13, "kind": "define", "module": "lse"}),
+        json!({"id": 14, "kind": "evaluate", "module": "lse", "function": "primal",
+               "input": {"x": x, "min_runs": 5, "min_seconds": 0}}),
+        json!({"id": 15, "kind": "evaluate", "module": "lse", "function": "gradient",
+               "input": {"x": x, "min_runs": 2, "min_seconds": 0.05}}),
+        json!({"id": 16, "kind": "evaluate", "module": "lse", "function": "gradient",
+               "input": {"x": x, "min_runs": -1}}),
+        json!({"id": 17, "kind": "evaluate", "module": "lse", "function": "primal",
+               "input": {"x": [1, "two"]}}),
+        json!({"id": 18, "kind": "define", "module": "hello"}),
+    ]);
+    let ids: Vec<&Json> = answers.iter().map(|a| &a["id"]).collect();
+    let want: Vec<Json> = (0..8)
+        .map(|i| json!(i))
+        .chain([json!("eight")])
+        .chain((9..19).map(|i| json!(i)))
+        .collect();
+    assert_eq!(ids, want.iter().collect::<Vec<_>>(), "{err}");
+    let by_id = |i: usize| &answers[i];
+    assert_eq!(by_id(0), &json!({"id": 0, "tool": "vlad"}));
+    assert_eq!(by_id(1), &json!({"id": 1, "success": true}));
+    assert_eq!(by_id(2)["output"], json!(9.0));
+    assert_eq!(by_id(3)["output"], json!(-3.0));
+    for i in [2, 3] {
+        let t = by_id(i)["timings"].as_array().unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0]["name"], json!("evaluate"));
+        assert!(t[0]["nanoseconds"].is_u64(), "{}", t[0]);
+    }
+    assert_eq!(by_id(4), &json!({"id": 4}));
+    let failed = |i: usize, words: &str| {
+        let a = by_id(i);
+        assert_eq!(a["success"], json!(false), "{a}");
+        let e = a["error"].as_str().unwrap();
+        assert!(e.contains(words), "{e}");
+        assert_eq!(a.as_object().unwrap().len(), 3, "{a}");
+    };
+    failed(5, "vlad has no module `nonesuch`");
+    failed(6, "vlad does not support the module `gmm`");
+    failed(7, "vlad does not support the module `gmm`");
+    failed(8, "no function `cube`");
+    failed(9, "the input must be a number");
+    failed(10, "no `kind`");
+    failed(11, "no `module`");
+    failed(12, "the module `lse` is not defined");
+    assert_eq!(by_id(13), &json!({"id": 13, "success": true}));
+    let lse = (x.iter().map(|v| v.exp()).sum::<f64>()).ln();
+    assert_close(&by_id(14)["output"], &json!(lse), 1e-12);
+    let runs = by_id(14)["timings"].as_array().unwrap();
+    assert_eq!(runs.len(), 5, "min_runs 5, min_seconds 0: five runs");
+    let runs = by_id(15)["timings"].as_array().unwrap();
+    let total: u64 = runs
+        .iter()
+        .map(|t| t["nanoseconds"].as_u64().unwrap())
+        .sum();
+    assert!(
+        runs.len() >= 2 && total >= 50_000_000,
+        "{} runs, {total} ns",
+        runs.len()
+    );
+    // Enough runs and no more: without the last one the total fell short.
+    let last = runs.last().unwrap()["nanoseconds"].as_u64().unwrap();
+    assert!(runs.len() == 2 || total - last < 50_000_000);
+    failed(16, "`min_runs` must be a non-negative integer");
+    failed(17, "`x`[1] must be a number");
+    assert_eq!(by_id(18), &json!({"id": 18, "success": true}));
+    for line in [
+        "line 11: not a JSON message",
+        "line 12: not a JSON object",
+        "line 13: the message has no `id`",
+    ] {
+        assert!(err.contains(line), "{line:?} not in\n{err}");
+    }
+    assert!(
+        err.contains("compiled `hello`") && !err.contains("line 14"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_input_ends_the_session_at_once() {
+    let (answers, err) = session(&[]);
+    assert!(answers.is_empty() && err.is_empty(), "{answers:?} {err}");
+}
+
+#[test]
+fn lse_is_the_log_of_the_sum_of_exponentials_and_its_gradient_the_softmax() {
+    // Large entries: the naive formula would overflow.
+    let mut x = reals(1, 9);
+    x[3] = 800.0;
+    x[5] = 799.0;
+    let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = x.iter().map(|v| (v - m).exp()).sum();
+    let softmax: Vec<f64> = x.iter().map(|v| (v - m).exp() / sum).collect();
+    let got = outputs(
+        "lse",
+        &[("primal", json!({"x": x})), ("gradient", json!({"x": x}))],
+    );
+    assert_close(&got[0], &json!(m + sum.ln()), 1e-12);
+    assert_close(&got[1], &json!(softmax), 1e-12);
+}
+
+/// llsq's objective, by hand.
+fn llsq(x: &[f64], n: usize) -> f64 {
+    (0..n)
+        .map(|i| {
+            let t = -1.0 + 2.0 * i as f64 / (n - 1) as f64;
+            let s = if t > 0.0 {
+                1.0
+            } else if t < 0.0 {
+                -1.0
+            } else {
+                0.0
+            };
+            let p: f64 = x
+                .iter()
+                .enumerate()
+                .map(|(j, xj)| xj * t.powi(j as i32))
+                .sum();
+            0.5 * (s - p) * (s - p)
+        })
+        .sum()
+}
+
+#[test]
+fn llsq_is_the_least_squares_objective_and_its_gradient() {
+    let (x, n) = (reals(2, 6), 11); // n odd: t = 0 at i = 5
+    let exact: Vec<f64> = (0..x.len())
+        .map(|k| {
+            // d/dx_k = -sum_i r_i t_i^k
+            (0..n)
+                .map(|i| {
+                    let t = -1.0 + 2.0 * i as f64 / (n - 1) as f64;
+                    let s = f64::from(t > 0.0) - f64::from(t < 0.0);
+                    let p: f64 = x
+                        .iter()
+                        .enumerate()
+                        .map(|(j, xj)| xj * t.powi(j as i32))
+                        .sum();
+                    -(s - p) * t.powi(k as i32)
+                })
+                .sum()
+        })
+        .collect();
+    let fd = finite_gradient(|x| llsq(x, n), &x);
+    assert_close(&json!(exact), &json!(fd), 1e-6);
+    let input = json!({"x": x, "n": n});
+    let got = outputs("llsq", &[("primal", input.clone()), ("gradient", input)]);
+    assert_close(&got[0], &json!(llsq(&x, n)), 1e-12);
+    assert_close(&got[1], &json!(exact), 1e-12);
+}
+
+/// The determinant by Gaussian elimination with partial pivoting (not by minors).
+fn det_lu(a: &[f64], l: usize) -> f64 {
+    let mut m = a.to_vec();
+    let mut det = 1.0;
+    for c in 0..l {
+        let p = (c..l)
+            .max_by(|&i, &j| m[i * l + c].abs().total_cmp(&m[j * l + c].abs()))
+            .unwrap();
+        if p != c {
+            for k in 0..l {
+                m.swap(p * l + k, c * l + k);
+            }
+            det = -det;
+        }
+        let pivot = m[c * l + c];
+        det *= pivot;
+        for r in c + 1..l {
+            let f = m[r * l + c] / pivot;
+            for k in c..l {
+                m[r * l + k] -= f * m[c * l + k];
+            }
+        }
+    }
+    det
+}
+
+#[test]
+fn det_is_the_determinant_and_its_gradient_the_cofactors() {
+    let mut calls = Vec::new();
+    let mut want = Vec::new();
+    for l in [1, 2, 4] {
+        let a = reals(3 + l as u64, l * l);
+        // The gradient of the determinant is the matrix of cofactors.
+        let cofactors: Vec<f64> = (0..l * l)
+            .map(|at| {
+                let (i, j) = (at / l, at % l);
+                let minor: Vec<f64> = (0..l * l)
+                    .filter(|k| k / l != i && k % l != j)
+                    .map(|k| a[k])
+                    .collect();
+                let sign = if (i + j) % 2 == 0 { 1.0 } else { -1.0 };
+                sign * det_lu(&minor, l - 1)
+            })
+            .collect();
+        let input = json!({"A": a, "ell": l});
+        calls.extend([("primal", input.clone()), ("gradient", input)]);
+        want.extend([json!(det_lu(&a, l)), json!(cofactors)]);
+    }
+    // A matrix of the wrong size is refused.
+    calls.push(("primal", json!({"A": [1, 2, 3], "ell": 2})));
+    let (got, err) = answers("det", &calls);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g["success"], json!(true), "{g}\n{err}");
+        assert_close(&g["output"], w, 1e-12);
+    }
+    let refused = got.last().unwrap();
+    assert_eq!(refused["success"], json!(false));
+    assert!(refused["error"]
+        .as_str()
+        .unwrap()
+        .contains("`A` has 3 entries"));
+}
+
+/// RK4 for ode's system, by hand.
+fn ode(x: &[f64], s: usize) -> Vec<f64> {
+    let n = x.len();
+    let field = |y: &[f64]| -> Vec<f64> {
+        (0..n)
+            .map(|i| if i == 0 { x[0] } else { x[i] * y[i - 1] })
+            .collect()
+    };
+    let axpy = |y: &[f64], a: f64, k: &[f64]| -> Vec<f64> {
+        y.iter().zip(k).map(|(y, k)| y + a * k).collect()
+    };
+    let h = 2.0 / s as f64;
+    let mut y = vec![0.0; n];
+    for _ in 0..s {
+        let k1 = field(&y);
+        let k2 = field(&axpy(&y, h / 2.0, &k1));
+        let k3 = field(&axpy(&y, h / 2.0, &k2));
+        let k4 = field(&axpy(&y, h, &k3));
+        y = (0..n)
+            .map(|i| y[i] + h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]))
+            .collect();
+    }
+    y
+}
+
+#[test]
+fn ode_is_rk4_and_its_gradient_that_of_the_last_component() {
+    let (x, s) = (reals(4, 5), 7);
+    // The exact solution, which RK4 with enough steps approaches: y_i(t) = x_0...x_i t^(i+1)/(i+1)!
+    let fine = ode(&x, 2000);
+    let mut exact = Vec::new();
+    let (mut product, mut factorial) = (1.0, 1.0);
+    for (i, xi) in x.iter().enumerate() {
+        product *= xi;
+        factorial *= (i + 1) as f64;
+        exact.push(product * 2f64.powi(i as i32 + 1) / factorial);
+    }
+    assert_close(&json!(fine), &json!(exact), 1e-9);
+    let fd = finite_gradient(|x| *ode(x, s).last().unwrap(), &x);
+    let input = json!({"x": x, "s": s});
+    let got = outputs("ode", &[("primal", input.clone()), ("gradient", input)]);
+    assert_close(&got[0], &json!(ode(&x, s)), 1e-12);
+    assert_close(&got[1], &json!(fd), 1e-7);
+}
+
+#[test]
+fn kmeans_cost_and_newton_direction() {
+    let (n, k, d) = (12, 3, 2);
+    let points: Vec<Vec<f64>> = (0..n).map(|i| reals(10 + i as u64, d)).collect();
+    // Each centroid starts at a point, so no cluster is empty.
+    let centroids: Vec<Vec<f64>> = (0..k).map(|j| points[j * 4].clone()).collect();
+    let distance =
+        |p: &[f64], c: &[f64]| -> f64 { p.iter().zip(c).map(|(a, b)| (a - b) * (a - b)).sum() };
+    let nearest = |p: &[f64]| -> usize {
+        (0..k)
+            .min_by(|&a, &b| distance(p, &centroids[a]).total_cmp(&distance(p, &centroids[b])))
+            .unwrap()
+    };
+    let cost: f64 = points
+        .iter()
+        .map(|p| distance(p, &centroids[nearest(p)]))
+        .sum();
+    // d cost / d C_j = sum over its points of 2 (C_j - P_i); the Hessian's diagonal 2 |cluster j|.
+    let mut gradient = vec![vec![0.0; d]; k];
+    let mut count = vec![0.0; k];
+    for p in &points {
+        let j = nearest(p);
+        count[j] += 1.0;
+        for e in 0..d {
+            gradient[j][e] += 2.0 * (centroids[j][e] - p[e]);
+        }
+    }
+    let dir: Vec<Vec<f64>> = (0..k)
+        .map(|j| gradient[j].iter().map(|g| g / (2.0 * count[j])).collect())
+        .collect();
+    let input = json!({"points": points, "centroids": centroids});
+    let got = outputs("kmeans", &[("cost", input.clone()), ("dir", input)]);
+    assert_close(&got[0], &json!(cost), 1e-12);
+    assert_close(&got[1], &json!(dir), 1e-12);
+}
+
+#[test]
+fn saddle_finds_the_saddle_point_in_every_mode_pair() {
+    // f = |p1|^2 - |p2|^2 has its saddle point at 0; the descent stops within 1e-5 of it.
+    let mut calls = Vec::new();
+    for start in [[1.0, 1.0], [-0.5, 2.0]] {
+        for mode in ["ff", "fr", "rf", "rr"] {
+            calls.push((mode, json!({"start": start})));
+        }
+    }
+    let got = outputs("saddle", &calls);
+    for (i, g) in got.iter().enumerate() {
+        assert_close(g, &json!([0.0, 0.0, 0.0, 0.0]), 1e-4);
+        assert_close(g, &got[i / 4 * 4], 1e-10);
+    }
+}
+
+/// particle's cost by hand: naive Euler with the force from the potential's analytic gradient.
+fn particle_cost(w: f64) -> f64 {
+    let charges = [[10.0, 10.0 - w], [10.0, 0.0]];
+    let (mut x, mut v, dt) = ([0.0, 8.0], [0.75, 0.0], 0.1);
+    loop {
+        let mut a = [0.0, 0.0];
+        for c in &charges {
+            let r = ((x[0] - c[0]) * (x[0] - c[0]) + (x[1] - c[1]) * (x[1] - c[1])).sqrt();
+            for k in 0..2 {
+                a[k] += (x[k] - c[k]) / (r * r * r);
+            }
+        }
+        let next = [x[0] + dt * v[0], x[1] + dt * v[1]];
+        if next[1] > 0.0 {
+            v = [v[0] + dt * a[0], v[1] + dt * a[1]];
+            x = next;
+        } else {
+            let t = -x[1] / v[1];
+            let end = x[0] + t * v[0];
+            return end * end;
+        }
+    }
+}
+
+#[test]
+#[ignore = "about a minute of C compilation and runs on two cores: run by benches/gradbench/run.sh"]
+fn particle_finds_the_optimal_control_in_every_mode_pair() {
+    let input = json!({"w": 0});
+    let modes = ["ff", "fr", "rf", "rr"];
+    let got = outputs("particle", &modes.map(|m| (m, input.clone())));
+    for g in &got {
+        let w = g.as_f64().unwrap();
+        // A minimum of the hand-written cost: near 0 and below its neighbours.
+        assert!(particle_cost(w) < 1e-6 * particle_cost(0.0), "w* = {w}");
+        assert!(particle_cost(w) < particle_cost(w - 1e-3));
+        assert!(particle_cost(w) < particle_cost(w + 1e-3));
+        assert_close(g, &got[0], 1e-10);
+    }
+}
