@@ -423,7 +423,13 @@ fn ode(x: &[f64], s: usize) -> Vec<f64> {
 
 #[test]
 fn ode_is_rk4_and_its_gradient_that_of_the_last_component() {
-    let (x, s) = (reals(4, 5), 7);
+    // x_i = (i + 1)/2 (1 + v_i / 10): y_i(2) = prod_j (1 + v_j / 10), of order 1 for every i.
+    let x: Vec<f64> = reals(4, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i + 1) as f64 / 2.0 * (1.0 + 0.1 * v))
+        .collect();
+    let s = 7;
     // The exact solution, which RK4 with enough steps approaches: y_i(t) = x_0...x_i t^(i+1)/(i+1)!
     let fine = ode(&x, 2000);
     let mut exact = Vec::new();

@@ -261,7 +261,13 @@ fn cases() -> Vec<(&'static str, &'static str, Json, Baseline)> {
     let x_llsq = reals(2, 32);
     let (n_llsq, l, s) = (4096, 8, 100);
     let a_det = reals(3, l * l);
-    let x_ode: Vec<f64> = reals(4, 100).iter().map(|v| 1.0 + 0.1 * v).collect();
+    // x_i = (i + 1)/2 (1 + v_i / 10), so that y_i(2) = prod_j (1 + v_j / 10) is of order 1 (with
+    // x_i near 1, y(2)'s last component would be about 2^100/100!, and the comparison empty).
+    let x_ode: Vec<f64> = reals(4, 100)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i + 1) as f64 / 2.0 * (1.0 + 0.1 * v))
+        .collect();
     let points: Vec<Vec<f64>> = (0..1000).map(|i| reals(100 + i, 8)).collect();
     let centroids: Vec<Vec<f64>> = (0..16).map(|j| points[j * 50].clone()).collect();
     let lse_in = json!({"x": x_lse});
