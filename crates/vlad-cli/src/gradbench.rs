@@ -61,6 +61,8 @@ struct Function {
     name: &'static str,
     procedure: &'static str,
     input: Input,
+    /// `Some(names)`: the procedure returns a list, written as an object with these fields.
+    output: Option<&'static [&'static str]>,
 }
 
 /// A module of GradBench: its VLAD source and functions, and the checks across its input's
@@ -69,26 +71,20 @@ struct Module {
     name: &'static str,
     source: &'static str,
     functions: &'static [Function],
-    check: fn(&[Owned]) -> Result<(), String>,
+    check: fn(&Json, &[Owned]) -> Result<(), String>,
 }
 
 /// The modules GradBench defines that vlad does not have, and why.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "gmm",
-        "the Gaussian mixture model module is not written in VLAD yet",
-    ),
-    (
-        "ba",
-        "the bundle adjustment module is not written in VLAD yet",
-    ),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "ba",
+    "the bundle adjustment module is not written in VLAD yet",
+)];
 
-fn no_check(_: &[Owned]) -> Result<(), String> {
+fn no_check(_: &Json, _: &[Owned]) -> Result<(), String> {
     Ok(())
 }
 
-fn det_check(args: &[Owned]) -> Result<(), String> {
+fn det_check(_: &Json, args: &[Owned]) -> Result<(), String> {
     if let [Owned::Reals(a), Owned::Real(ell)] = args {
         if a.len() as f64 != ell * ell {
             return Err(format!(
@@ -101,7 +97,7 @@ fn det_check(args: &[Owned]) -> Result<(), String> {
     Ok(())
 }
 
-fn kmeans_check(args: &[Owned]) -> Result<(), String> {
+fn kmeans_check(_: &Json, args: &[Owned]) -> Result<(), String> {
     if let [Owned::Rows(points), Owned::Rows(centroids)] = args {
         if centroids.is_empty() {
             return Err("`centroids` is empty".into());
@@ -130,11 +126,13 @@ const MODULES: &[Module] = &[
                 name: "square",
                 procedure: "hello-square",
                 input: Input::Number,
+                output: None,
             },
             Function {
                 name: "double",
                 procedure: "hello-double",
                 input: Input::Number,
+                output: None,
             },
         ],
         check: no_check,
@@ -147,21 +145,25 @@ const MODULES: &[Module] = &[
                 name: "ff",
                 procedure: "saddle-ff",
                 input: Input::Fields(SADDLE),
+                output: None,
             },
             Function {
                 name: "fr",
                 procedure: "saddle-fr",
                 input: Input::Fields(SADDLE),
+                output: None,
             },
             Function {
                 name: "rf",
                 procedure: "saddle-rf",
                 input: Input::Fields(SADDLE),
+                output: None,
             },
             Function {
                 name: "rr",
                 procedure: "saddle-rr",
                 input: Input::Fields(SADDLE),
+                output: None,
             },
         ],
         check: saddle_check,
@@ -174,21 +176,25 @@ const MODULES: &[Module] = &[
                 name: "ff",
                 procedure: "particle-ff",
                 input: Input::Fields(PARTICLE),
+                output: None,
             },
             Function {
                 name: "fr",
                 procedure: "particle-fr",
                 input: Input::Fields(PARTICLE),
+                output: None,
             },
             Function {
                 name: "rf",
                 procedure: "particle-rf",
                 input: Input::Fields(PARTICLE),
+                output: None,
             },
             Function {
                 name: "rr",
                 procedure: "particle-rr",
                 input: Input::Fields(PARTICLE),
+                output: None,
             },
         ],
         check: no_check,
@@ -201,11 +207,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "lse-primal",
                 input: Input::Fields(X),
+                output: None,
             },
             Function {
                 name: "gradient",
                 procedure: "lse-gradient",
                 input: Input::Fields(X),
+                output: None,
             },
         ],
         check: lse_check,
@@ -218,11 +226,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "llsq-primal",
                 input: Input::Fields(&[("x", Kind::Vector), ("n", Kind::Count)]),
+                output: None,
             },
             Function {
                 name: "gradient",
                 procedure: "llsq-gradient",
                 input: Input::Fields(&[("x", Kind::Vector), ("n", Kind::Count)]),
+                output: None,
             },
         ],
         check: no_check,
@@ -235,11 +245,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "det-primal",
                 input: Input::Fields(&[("A", Kind::Vector), ("ell", Kind::Count)]),
+                output: None,
             },
             Function {
                 name: "gradient",
                 procedure: "det-gradient",
                 input: Input::Fields(&[("A", Kind::Vector), ("ell", Kind::Count)]),
+                output: None,
             },
         ],
         check: det_check,
@@ -252,11 +264,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "ode-primal",
                 input: Input::Fields(&[("x", Kind::Vector), ("s", Kind::Count)]),
+                output: None,
             },
             Function {
                 name: "gradient",
                 procedure: "ode-gradient",
                 input: Input::Fields(&[("x", Kind::Vector), ("s", Kind::Count)]),
+                output: None,
             },
         ],
         check: ode_check,
@@ -269,18 +283,86 @@ const MODULES: &[Module] = &[
                 name: "cost",
                 procedure: "kmeans-cost",
                 input: Input::Fields(&[("points", Kind::Matrix), ("centroids", Kind::Matrix)]),
+                output: None,
             },
             Function {
                 name: "dir",
                 procedure: "kmeans-dir",
                 input: Input::Fields(&[("points", Kind::Matrix), ("centroids", Kind::Matrix)]),
+                output: None,
             },
         ],
         check: kmeans_check,
     },
+    Module {
+        name: "gmm",
+        source: include_str!("../../../gradbench/gmm.vlad"),
+        functions: &[
+            Function {
+                name: "objective",
+                procedure: "gmm-objective",
+                input: Input::Fields(GMM),
+                output: None,
+            },
+            Function {
+                name: "jacobian",
+                procedure: "gmm-jacobian",
+                input: Input::Fields(GMM),
+                output: Some(&["alpha", "mu", "q", "l"]),
+            },
+        ],
+        check: gmm_check,
+    },
 ];
 
-fn saddle_check(args: &[Owned]) -> Result<(), String> {
+/// gmm's arguments. `d`, `k` and `n` are checked against the arrays' sizes (the procedures
+/// take them from the arrays): an exported procedure's arguments after the eighth arrive wrong
+/// in the library, so the procedures take seven.
+const GMM: &[(&str, Kind)] = &[
+    ("x", Kind::Matrix),
+    ("alpha", Kind::Vector),
+    ("mu", Kind::Matrix),
+    ("q", Kind::Matrix),
+    ("l", Kind::Matrix),
+    ("m", Kind::Real),
+    ("gamma", Kind::Real),
+];
+
+/// The sizes of gmm's arrays agree with `d`, `k` and `n`.
+fn gmm_check(input: &Json, args: &[Owned]) -> Result<(), String> {
+    let [Owned::Rows(x), Owned::Reals(alpha), Owned::Rows(mu), Owned::Rows(q), Owned::Rows(l), ..] =
+        args
+    else {
+        return Ok(());
+    };
+    let size = |name: &str| -> Result<usize, String> {
+        match convert(&input[name], Kind::Count, &format!("`{name}`"))? {
+            Owned::Real(v) => Ok(v as usize),
+            _ => unreachable!("a count is a real"),
+        }
+    };
+    let (d, k, n) = (size("d")?, size("k")?, size("n")?);
+    if k == 0 || d == 0 {
+        return Err("`d` and `k` must be at least 1".into());
+    }
+    let rows = |name: &str, m: &[Vec<f64>], count: usize, length: usize| {
+        if m.len() != count || m.iter().any(|r| r.len() != length) {
+            Err(format!("`{name}` must be {count} x {length}"))
+        } else {
+            Ok(())
+        }
+    };
+    rows("x", x, n, d)?;
+    rows("mu", mu, k, d)?;
+    rows("q", q, k, d)?;
+    rows("l", l, k, d * (d - 1) / 2)?;
+    if alpha.len() != k {
+        return Err(format!("`alpha` must have {k} numbers"));
+    }
+    Ok(())
+}
+
+fn saddle_check(_: &Json, args: &[Owned]) -> Result<(), String> {
     match args {
         [Owned::Reals(s)] if s.len() != 2 => {
             Err(format!("`start` must have 2 numbers, not {}", s.len()))
@@ -289,14 +371,14 @@ fn saddle_check(args: &[Owned]) -> Result<(), String> {
     }
 }
 
-fn lse_check(args: &[Owned]) -> Result<(), String> {
+fn lse_check(_: &Json, args: &[Owned]) -> Result<(), String> {
     match args {
         [Owned::Reals(x)] if x.is_empty() => Err("`x` is empty".into()),
         _ => Ok(()),
     }
 }
 
-fn ode_check(args: &[Owned]) -> Result<(), String> {
+fn ode_check(_: &Json, args: &[Owned]) -> Result<(), String> {
     match args {
         [Owned::Reals(x), _] if x.is_empty() => Err("`x` is empty".into()),
         [_, Owned::Real(s)] if *s == 0.0 => Err("`s` must be at least 1".into()),
@@ -620,7 +702,7 @@ impl Session {
             .get_mut(name)
             .ok_or_else(|| format!("the module `{name}` is not defined (send `define` first)"))?;
         let owned = arguments(function, input)?;
-        (module.check)(&owned)?;
+        (module.check)(input, &owned)?;
         let (min_runs, min_seconds) = repetitions(input)?;
         let args: Vec<Arg> = owned.iter().map(Owned::arg).collect();
         let (mut timings, mut total, mut runs) = (Vec::new(), Duration::ZERO, 0u64);
@@ -637,7 +719,21 @@ impl Session {
             }
         };
         let mut fields = Map::new();
-        fields.insert("output".into(), to_json(&result)?);
+        let output = match function.output {
+            None => to_json(&result)?,
+            Some(names) => {
+                let items = result.list().filter(|items| items.len() == names.len());
+                let items = items.ok_or_else(|| {
+                    format!("the result {result} is not a list of {}", names.len())
+                })?;
+                let mut object = Map::new();
+                for (name, item) in names.iter().zip(&items) {
+                    object.insert(name.to_string(), to_json(item)?);
+                }
+                Json::Object(object)
+            }
+        };
+        fields.insert("output".into(), output);
         fields.insert("timings".into(), Json::Array(timings));
         Ok(fields)
     }

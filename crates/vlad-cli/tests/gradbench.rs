@@ -167,8 +167,8 @@ fn a_scripted_session_answers_every_kind_of_message() {
         json!({"id": 4, "kind": "analysis", "module": "hello", "function": "square"}),
         // A module vlad does not have, one it does not support, and one whose evaluation fails.
         json!({"id": 5, "kind": "define", "module": "nonesuch"}),
-        json!({"id": 6, "kind": "define", "module": "gmm"}),
-        json!({"id": 7, "kind": "evaluate", "module": "gmm", "function": "objective", "input": {}}),
+        json!({"id": 6, "kind": "define", "module": "ba"}),
+        json!({"id": 7, "kind": "evaluate", "module": "ba", "function": "objective", "input": {}}),
         json!({"id": "eight", "kind": "evaluate", "module": "hello", "function": "cube", "input": 1}),
         json!({"id": 9, "kind": "evaluate", "module": "hello", "function": "square", "input": "three"}),
         // Lines that are not messages: on standard error, not answered.
@@ -219,8 +219,8 @@ fn a_scripted_session_answers_every_kind_of_message() {
         assert_eq!(a.as_object().unwrap().len(), 3, "{a}");
     };
     failed(5, "vlad has no module `nonesuch`");
-    failed(6, "vlad does not support the module `gmm`");
-    failed(7, "vlad does not support the module `gmm`");
+    failed(6, "vlad does not support the module `ba`");
+    failed(7, "vlad does not support the module `ba`");
     failed(8, "no function `cube`");
     failed(9, "the input must be a number");
     failed(10, "no `kind`");
@@ -537,4 +537,128 @@ fn particle_finds_the_optimal_control_in_every_mode_pair() {
         assert!(particle_cost(w) < particle_cost(w + 1e-3));
         assert_close(g, &got[0], 1e-10);
     }
+}
+
+/// log Gamma(x) for a positive multiple of 1/2, exactly: Gamma(1/2) = sqrt(pi), Gamma(1) = 1,
+/// Gamma(x + 1) = x Gamma(x).
+fn ln_gamma_half(mut x: f64) -> f64 {
+    let mut sum = 0.0;
+    while x > 1.0 {
+        x -= 1.0;
+        sum += x.ln();
+    }
+    if x == 0.5 {
+        sum + 0.5 * std::f64::consts::PI.ln()
+    } else {
+        sum
+    }
+}
+
+/// GMM's parameters, flat: alpha (k), mu (k d), q (k d), l (k d(d-1)/2).
+struct Gmm {
+    d: usize,
+    k: usize,
+    x: Vec<Vec<f64>>,
+    m: f64,
+    gamma: f64,
+}
+
+impl Gmm {
+    fn tri(&self) -> usize {
+        self.d * (self.d - 1) / 2
+    }
+
+    /// alpha, mu, q, l from the flat parameters.
+    fn split(&self, p: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>) {
+        let (d, k, t) = (self.d, self.k, self.tri());
+        let rows = |at: usize, len: usize| -> Vec<Vec<f64>> {
+            (0..k)
+                .map(|j| p[at + j * len..at + (j + 1) * len].to_vec())
+                .collect()
+        };
+        (
+            p[..k].to_vec(),
+            rows(k, d),
+            rows(k + k * d, d),
+            rows(k + 2 * k * d, t),
+        )
+    }
+
+    /// The objective by hand (ADBench's gmm_objective, with Q built as a matrix).
+    fn objective(&self, p: &[f64]) -> f64 {
+        let (d, k) = (self.d, self.k);
+        let (alpha, mu, q, l) = self.split(p);
+        let lse = |v: &[f64]| {
+            let m = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+        };
+        // Q_j as a dense lower-triangular matrix; l fills the strict lower part column by column.
+        let qmat: Vec<Vec<Vec<f64>>> = (0..k)
+            .map(|j| {
+                let mut m = vec![vec![0.0; d]; d];
+                let mut at = 0;
+                for c in 0..d {
+                    m[c][c] = q[j][c].exp();
+                    for r in c + 1..d {
+                        m[r][c] = l[j][at];
+                        at += 1;
+                    }
+                }
+                m
+            })
+            .collect();
+        let n = self.x.len() as f64;
+        let mut total = -n * d as f64 * 0.5 * (2.0 * std::f64::consts::PI).ln();
+        for xi in &self.x {
+            let terms: Vec<f64> = (0..k)
+                .map(|j| {
+                    let v: Vec<f64> = (0..d).map(|e| xi[e] - mu[j][e]).collect();
+                    let qv: f64 = (0..d)
+                        .map(|r| (0..d).map(|c| qmat[j][r][c] * v[c]).sum::<f64>().powi(2))
+                        .sum();
+                    alpha[j] + q[j].iter().sum::<f64>() - 0.5 * qv
+                })
+                .collect();
+            total += lse(&terms);
+        }
+        total -= n * lse(&alpha);
+        let nw = d as f64 + self.m + 1.0;
+        let multi_gamma = 0.25 * (d * (d - 1)) as f64 * std::f64::consts::PI.ln()
+            + (1..=d)
+                .map(|j| ln_gamma_half(0.5 * nw + 0.5 * (1.0 - j as f64)))
+                .sum::<f64>();
+        let c = nw * d as f64 * (self.gamma.ln() - 0.5 * 2f64.ln()) - multi_gamma;
+        for j in 0..k {
+            let frobenius: f64 = q[j].iter().map(|v| v.exp().powi(2)).sum::<f64>()
+                + l[j].iter().map(|v| v * v).sum::<f64>();
+            total += 0.5 * self.gamma * self.gamma * frobenius - self.m * q[j].iter().sum::<f64>();
+        }
+        total - k as f64 * c
+    }
+}
+
+#[test]
+fn gmm_is_the_adbench_objective_and_its_gradient() {
+    let (d, k, n) = (3, 2, 4);
+    let g = Gmm {
+        d,
+        k,
+        x: (0..n).map(|i| reals(40 + i as u64, d)).collect(),
+        m: 2.0,
+        gamma: 1.5,
+    };
+    let p = reals(50, k + 2 * k * d + k * g.tri());
+    let (alpha, mu, q, l) = g.split(&p);
+    let input = json!({"d": d, "k": k, "n": n, "x": g.x, "m": g.m, "gamma": g.gamma,
+                       "alpha": alpha, "mu": mu, "q": q, "l": l});
+    let got = outputs("gmm", &[("objective", input.clone()), ("jacobian", input)]);
+    assert_close(&got[0], &json!(g.objective(&p)), 1e-12);
+    let fd = finite_gradient(|p| g.objective(p), &p);
+    let (alpha, mu, q, l) = g.split(&fd);
+    let jacobian = &got[1];
+    assert_eq!(jacobian.as_object().unwrap().len(), 4, "{jacobian}");
+    assert_close(&jacobian["alpha"], &json!(alpha), 1e-7);
+    assert_close(&jacobian["mu"], &json!(mu), 1e-7);
+    assert_close(&jacobian["q"], &json!(q), 1e-7);
+    assert_close(&jacobian["l"], &json!(l), 1e-7);
 }

@@ -233,6 +233,151 @@ fn kmeans_dir(p: &[Vec<f64>], c: &[Vec<f64>]) -> Vec<Vec<f64>> {
         .collect()
 }
 
+// --- gmm ---------------------------------------------------------------------------------
+
+/// ADBench's GMM: the data and the prior's parameters.
+struct Gmm {
+    d: usize,
+    k: usize,
+    x: Vec<Vec<f64>>,
+    m: f64,
+    gamma: f64,
+}
+
+/// log Gamma(x) for a positive multiple of 1/2 (the prior's constant), by Gamma(x+1) = x Gamma(x).
+fn ln_gamma_half(mut x: f64) -> f64 {
+    let mut sum = 0.0;
+    while x > 1.0 {
+        x -= 1.0;
+        sum += x.ln();
+    }
+    if x == 0.5 {
+        sum + 0.5 * std::f64::consts::PI.ln()
+    } else {
+        sum
+    }
+}
+
+type Params = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+impl Gmm {
+    /// Q_j as a dense lower-triangular matrix (l column by column).
+    fn qmat(&self, q: &[f64], l: &[f64]) -> Vec<Vec<f64>> {
+        let d = self.d;
+        let mut m = vec![vec![0.0; d]; d];
+        let mut at = 0;
+        for c in 0..d {
+            m[c][c] = q[c].exp();
+            for row in m.iter_mut().skip(c + 1) {
+                row[c] = l[at];
+                at += 1;
+            }
+        }
+        m
+    }
+
+    fn constant(&self) -> f64 {
+        let d = self.d;
+        let n = self.x.len() as f64;
+        let nw = d as f64 + self.m + 1.0;
+        let multi_gamma = 0.25 * (d * (d - 1)) as f64 * std::f64::consts::PI.ln()
+            + (1..=d)
+                .map(|j| ln_gamma_half(0.5 * nw + 0.5 * (1.0 - j as f64)))
+                .sum::<f64>();
+        let c = nw * d as f64 * (self.gamma.ln() - 0.5 * 2f64.ln()) - multi_gamma;
+        -n * d as f64 * 0.5 * (2.0 * std::f64::consts::PI).ln() - self.k as f64 * c
+    }
+
+    fn objective(&self, p: &Params) -> f64 {
+        let (alpha, mu, q, l) = p;
+        let (d, k) = (self.d, self.k);
+        let qs: Vec<Vec<Vec<f64>>> = (0..k).map(|j| self.qmat(&q[j], &l[j])).collect();
+        let sum_q: Vec<f64> = q.iter().map(|r| r.iter().sum()).collect();
+        let mut total = self.constant();
+        let mut t = vec![0.0; k];
+        for xi in &self.x {
+            for j in 0..k {
+                let mut z2 = 0.0;
+                for r in 0..d {
+                    let z: f64 = (0..=r).map(|c| qs[j][r][c] * (xi[c] - mu[j][c])).sum();
+                    z2 += z * z;
+                }
+                t[j] = alpha[j] + sum_q[j] - 0.5 * z2;
+            }
+            total += lse(&t);
+        }
+        total -= self.x.len() as f64 * lse(alpha);
+        for j in 0..k {
+            let frobenius: f64 = q[j].iter().map(|v| (2.0 * v).exp()).sum::<f64>()
+                + l[j].iter().map(|v| v * v).sum::<f64>();
+            total += 0.5 * self.gamma * self.gamma * frobenius - self.m * sum_q[j];
+        }
+        total
+    }
+
+    /// The gradient by hand: for each point, the softmax weights w of the components, then the
+    /// adjoints of z = Q (x - mu): dQ = -w z v^T on the lower triangle, dmu = w Q^T z.
+    fn gradient(&self, p: &Params) -> Params {
+        let (alpha, mu, q, l) = p;
+        let (d, k) = (self.d, self.k);
+        let qs: Vec<Vec<Vec<f64>>> = (0..k).map(|j| self.qmat(&q[j], &l[j])).collect();
+        let sum_q: Vec<f64> = q.iter().map(|r| r.iter().sum()).collect();
+        let mut ga = vec![0.0; k];
+        let mut gmu = vec![vec![0.0; d]; k];
+        let mut gqm = vec![vec![vec![0.0; d]; d]; k];
+        let mut zs = vec![vec![0.0; d]; k];
+        let mut vs = vec![vec![0.0; d]; k];
+        let mut t = vec![0.0; k];
+        for xi in &self.x {
+            for j in 0..k {
+                for c in 0..d {
+                    vs[j][c] = xi[c] - mu[j][c];
+                }
+                let mut z2 = 0.0;
+                for r in 0..d {
+                    zs[j][r] = (0..=r).map(|c| qs[j][r][c] * vs[j][c]).sum();
+                    z2 += zs[j][r] * zs[j][r];
+                }
+                t[j] = alpha[j] + sum_q[j] - 0.5 * z2;
+            }
+            let m = t.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = t.iter().map(|v| (v - m).exp()).sum();
+            for j in 0..k {
+                let w = (t[j] - m).exp() / s;
+                ga[j] += w;
+                for r in 0..d {
+                    for c in 0..=r {
+                        gqm[j][r][c] -= w * zs[j][r] * vs[j][c];
+                        gmu[j][c] += w * qs[j][r][c] * zs[j][r];
+                    }
+                }
+            }
+        }
+        let n = self.x.len() as f64;
+        let g2 = self.gamma * self.gamma;
+        let sa = lse_gradient(alpha);
+        let mut gq = vec![vec![0.0; d]; k];
+        let mut gl = vec![vec![0.0; d * (d - 1) / 2]; k];
+        for j in 0..k {
+            // sum(q_j) enters t_j with weight 1: its adjoint is alpha_j's (before the -n lse).
+            let gsum_q = ga[j];
+            let mut at = 0;
+            for c in 0..d {
+                gq[j][c] =
+                    gqm[j][c][c] * q[j][c].exp() + gsum_q + g2 * (2.0 * q[j][c]).exp() - self.m;
+                for r in c + 1..d {
+                    gl[j][at] = gqm[j][r][c] + g2 * l[j][at];
+                    at += 1;
+                }
+            }
+        }
+        for j in 0..k {
+            ga[j] -= n * sa[j];
+        }
+        (ga, gmu, gq, gl)
+    }
+}
+
 // --- the table ---------------------------------------------------------------------------
 
 /// A baseline's result, converted to JSON after the timing.
@@ -240,6 +385,7 @@ enum Out {
     Real(f64),
     Reals(Vec<f64>),
     Rows(Vec<Vec<f64>>),
+    Object(Vec<(&'static str, Json)>),
 }
 
 impl Out {
@@ -248,6 +394,12 @@ impl Out {
             Out::Real(x) => json!(x),
             Out::Reals(x) => json!(x),
             Out::Rows(x) => json!(x),
+            Out::Object(fields) => Json::Object(
+                fields
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+            ),
         }
     }
 }
@@ -280,7 +432,55 @@ fn cases() -> Vec<(&'static str, &'static str, Json, Baseline)> {
     let x = 1.5;
     let (x1, x2, x3, x4) = (x_lse.clone(), x_llsq.clone(), a_det.clone(), x_ode.clone());
     let (p1, c1) = (points.clone(), centroids.clone());
+    let (gd, gk, gn) = (5, 10, 500);
+    let gmm = Gmm {
+        d: gd,
+        k: gk,
+        x: (0..gn).map(|i| reals(200 + i as u64, gd)).collect(),
+        m: 0.0,
+        gamma: 1.0,
+    };
+    let rows = |seed: u64, len: usize| -> Vec<Vec<f64>> {
+        (0..gk)
+            .map(|j| {
+                reals(seed + j as u64, len)
+                    .iter()
+                    .map(|v| 0.5 * v)
+                    .collect()
+            })
+            .collect()
+    };
+    let params: Params = (
+        reals(5, gk),
+        rows(300, gd),
+        rows(400, gd),
+        rows(500, gd * (gd - 1) / 2),
+    );
+    let gmm_in = json!({"d": gd, "k": gk, "n": gn, "x": gmm.x, "m": gmm.m, "gamma": gmm.gamma,
+                        "alpha": params.0, "mu": params.1, "q": params.2, "l": params.3});
+    let (gmm, params) = (std::rc::Rc::new(gmm), std::rc::Rc::new(params));
+    let (gmm2, params2) = (gmm.clone(), params.clone());
     vec![
+        (
+            "gmm",
+            "objective",
+            gmm_in.clone(),
+            Box::new(move || Out::Real(gmm.objective(&params))),
+        ),
+        (
+            "gmm",
+            "jacobian",
+            gmm_in,
+            Box::new(move || {
+                let (a, m, q, l) = gmm2.gradient(&params2);
+                Out::Object(vec![
+                    ("alpha", json!(a)),
+                    ("mu", json!(m)),
+                    ("q", json!(q)),
+                    ("l", json!(l)),
+                ])
+            }),
+        ),
         (
             "hello",
             "square",
@@ -434,6 +634,7 @@ fn size(module: &str, input: &Json) -> String {
         }
         "saddle" => "start (1, 1)".into(),
         "particle" => "w = 0".into(),
+        "gmm" => format!("d = {}, k = {}, n = {}", input["d"], input["k"], input["n"]),
         _ => format!("x = {input}"),
     }
 }
@@ -446,6 +647,10 @@ fn difference(a: &Json, b: &Json) -> f64 {
             let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
             (x - y).abs() / (x.abs() + y.abs()).max(1.0)
         }
+        (Json::Object(x), Json::Object(y)) if x.len() == y.len() => x
+            .iter()
+            .map(|(k, v)| y.get(k).map_or(f64::INFINITY, |w| difference(v, w)))
+            .fold(0.0, f64::max),
         (Json::Array(x), Json::Array(y)) if x.len() == y.len() => x
             .iter()
             .zip(y)
