@@ -338,7 +338,7 @@ fn gmm_check(input: &Json, args: &[Owned]) -> Result<(), String> {
     let size = |name: &str| -> Result<usize, String> {
         match convert(&input[name], Kind::Count, &format!("`{name}`"))? {
             Owned::Real(v) => Ok(v as usize),
-            _ => unreachable!("a count is a real"),
+            _ => Err(format!("`{name}` must be a count")),
         }
     };
     let (d, k, n) = (size("d")?, size("k")?, size("n")?);
@@ -355,7 +355,7 @@ fn gmm_check(input: &Json, args: &[Owned]) -> Result<(), String> {
     rows("x", x, n, d)?;
     rows("mu", mu, k, d)?;
     rows("q", q, k, d)?;
-    rows("l", l, k, d * (d - 1) / 2)?;
+    rows("l", l, k, d.saturating_mul(d - 1) / 2)?;
     if alpha.len() != k {
         return Err(format!("`alpha` must have {k} numbers"));
     }
