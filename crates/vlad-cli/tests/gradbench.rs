@@ -554,7 +554,10 @@ fn ln_gamma_half(mut x: f64) -> f64 {
     }
 }
 
-/// GMM's parameters, flat: alpha (k), mu (k d), q (k d), l (k d(d-1)/2).
+/// GMM's parameters: alpha, mu, q, l.
+type Params = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// GMM's data; its parameters flat are alpha (k), mu (k d), q (k d), l (k d(d-1)/2).
 struct Gmm {
     d: usize,
     k: usize,
@@ -569,7 +572,7 @@ impl Gmm {
     }
 
     /// alpha, mu, q, l from the flat parameters.
-    fn split(&self, p: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    fn split(&self, p: &[f64]) -> Params {
         let (d, k, t) = (self.d, self.k, self.tri());
         let rows = |at: usize, len: usize| -> Vec<Vec<f64>> {
             (0..k)
@@ -599,8 +602,8 @@ impl Gmm {
                 let mut at = 0;
                 for c in 0..d {
                     m[c][c] = q[j][c].exp();
-                    for r in c + 1..d {
-                        m[r][c] = l[j][at];
+                    for row in m.iter_mut().skip(c + 1) {
+                        row[c] = l[j][at];
                         at += 1;
                     }
                 }
