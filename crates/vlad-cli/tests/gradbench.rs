@@ -23,8 +23,14 @@ const DEADLINE: Duration = Duration::from_secs(300);
 /// its standard output, and its standard error. The session must end by itself at the end of
 /// its input, with exit code 0, and write nothing but JSON lines.
 fn session(lines: &[Json]) -> (Vec<Json>, String) {
+    session_with(&[], lines)
+}
+
+/// [`session`] with more arguments for `vlad gradbench`.
+fn session_with(args: &[&str], lines: &[Json]) -> (Vec<Json>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vlad"))
         .arg("gradbench")
+        .args(args)
         .env("VLAD_CFLAGS", "-O1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -257,6 +263,55 @@ fn a_scripted_session_answers_every_kind_of_message() {
     assert!(
         err.contains("compiled `hello`") && !err.contains("line 14"),
         "{err}"
+    );
+}
+
+#[test]
+fn modules_that_do_not_compile_or_fail_when_called_are_answered_with_their_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    // hello's procedures: one fails at run time on a negative input; lse does not expand.
+    std::fs::write(
+        dir.path().join("hello.vlad"),
+        "(define (hello-square x) (if (< x 0) (get x 0) (* x x)))\n         (define (hello-double x) (+ x x))\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("lse.vlad"), "(define (lse-primal x) (+ x\n").unwrap();
+    let (answers, err) = session_with(
+        &["--modules", dir.path().to_str().unwrap()],
+        &[
+            json!({"id": 1, "kind": "define", "module": "lse"}),
+            json!({"id": 2, "kind": "define", "module": "llsq"}),
+            json!({"id": 3, "kind": "define", "module": "hello"}),
+            json!({"id": 4, "kind": "evaluate", "module": "hello", "function": "square", "input": 3}),
+            json!({"id": 5, "kind": "evaluate", "module": "hello", "function": "square", "input": -3}),
+        ],
+    );
+    assert_eq!(answers.len(), 5, "{answers:?}\n{err}");
+    let error = |i: usize| answers[i]["error"].as_str().unwrap_or_default().to_string();
+    assert_eq!(answers[0]["success"], json!(false));
+    assert!(error(0).contains("lse.vlad:1:"), "{}", error(0));
+    assert_eq!(answers[1]["success"], json!(false));
+    assert!(error(1).contains("llsq.vlad"), "{}", error(1));
+    assert_eq!(answers[2], json!({"id": 3, "success": true}));
+    assert_eq!(answers[3]["output"], json!(9.0));
+    assert_eq!(answers[4]["success"], json!(false));
+    assert!(error(4).contains("hello.vlad:1:"), "{}", error(4));
+}
+
+#[test]
+fn a_result_json_cannot_carry_is_an_error() {
+    // The second centroid is nearest to no point: its direction is 0/0.
+    let input =
+        json!({"points": [[0.0, 0.0], [1.0, 0.0]], "centroids": [[0.5, 0.0], [100.0, 100.0]]});
+    let (got, err) = answers("kmeans", &[("dir", input)]);
+    assert_eq!(got[0]["success"], json!(false), "{err}");
+    assert!(
+        got[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("JSON cannot carry"),
+        "{}",
+        got[0]
     );
 }
 
