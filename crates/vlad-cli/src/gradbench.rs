@@ -490,7 +490,12 @@ fn repetitions(input: &Json) -> Result<(u64, f64), String> {
     };
     let runs = match object.get("min_runs") {
         None => 1,
-        Some(v) => match v.as_u64() {
+        // An integer, also written as a float (`3.0`).
+        Some(v) => match v.as_u64().or_else(|| {
+            v.as_f64()
+                .filter(|x| *x >= 0.0 && x.fract() == 0.0 && *x < u64::MAX as f64)
+                .map(|x| x as u64)
+        }) {
             Some(n) => n.max(1),
             None => {
                 return Err(format!(

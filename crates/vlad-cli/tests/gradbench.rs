@@ -189,7 +189,7 @@ fn a_scripted_session_answers_every_kind_of_message() {
         // min_runs and min_seconds.
         json!({"id": 13, "kind": "define", "module": "lse"}),
         json!({"id": 14, "kind": "evaluate", "module": "lse", "function": "primal",
-               "input": {"x": x, "min_runs": 5, "min_seconds": 0}}),
+               "input": {"x": x, "min_runs": 5.0, "min_seconds": 0}}),
         json!({"id": 15, "kind": "evaluate", "module": "lse", "function": "gradient",
                "input": {"x": x, "min_runs": 2, "min_seconds": 0.05}}),
         json!({"id": 16, "kind": "evaluate", "module": "lse", "function": "gradient",
