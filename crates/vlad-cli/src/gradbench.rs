@@ -61,8 +61,18 @@ struct Function {
     name: &'static str,
     procedure: &'static str,
     input: Input,
-    /// `Some(names)`: the procedure returns a list, written as an object with these fields.
-    output: Option<&'static [&'static str]>,
+    output: Output,
+}
+
+/// How a function's result becomes its output.
+#[derive(Clone, Copy)]
+enum Output {
+    /// Numbers, and arrays and lists of them, as they are ([`to_json`]).
+    Plain,
+    /// The result is a list, written as an object with these fields.
+    Fields(&'static [&'static str]),
+    /// Written by this function, which also sees the input.
+    Custom(fn(&Value, &Json) -> Result<Json, String>),
 }
 
 /// A module of GradBench: its VLAD source and functions, and the checks across its input's
@@ -75,10 +85,10 @@ struct Module {
 }
 
 /// The modules GradBench defines that vlad does not have, and why.
-const UNSUPPORTED: &[(&str, &str)] = &[(
-    "ba",
-    "the bundle adjustment module is not written in VLAD yet",
-)];
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("lstm", "the LSTM module is not written in VLAD"),
+    ("ht", "the hand tracking module is not written in VLAD"),
+];
 
 fn no_check(_: &Json, _: &[Owned]) -> Result<(), String> {
     Ok(())
@@ -126,13 +136,13 @@ const MODULES: &[Module] = &[
                 name: "square",
                 procedure: "hello-square",
                 input: Input::Number,
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "double",
                 procedure: "hello-double",
                 input: Input::Number,
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: no_check,
@@ -145,25 +155,25 @@ const MODULES: &[Module] = &[
                 name: "ff",
                 procedure: "saddle-ff",
                 input: Input::Fields(SADDLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "fr",
                 procedure: "saddle-fr",
                 input: Input::Fields(SADDLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "rf",
                 procedure: "saddle-rf",
                 input: Input::Fields(SADDLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "rr",
                 procedure: "saddle-rr",
                 input: Input::Fields(SADDLE),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: saddle_check,
@@ -176,25 +186,25 @@ const MODULES: &[Module] = &[
                 name: "ff",
                 procedure: "particle-ff",
                 input: Input::Fields(PARTICLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "fr",
                 procedure: "particle-fr",
                 input: Input::Fields(PARTICLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "rf",
                 procedure: "particle-rf",
                 input: Input::Fields(PARTICLE),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "rr",
                 procedure: "particle-rr",
                 input: Input::Fields(PARTICLE),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: no_check,
@@ -207,13 +217,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "lse-primal",
                 input: Input::Fields(X),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "gradient",
                 procedure: "lse-gradient",
                 input: Input::Fields(X),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: lse_check,
@@ -226,13 +236,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "llsq-primal",
                 input: Input::Fields(&[("x", Kind::Vector), ("n", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "gradient",
                 procedure: "llsq-gradient",
                 input: Input::Fields(&[("x", Kind::Vector), ("n", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: no_check,
@@ -245,13 +255,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "det-primal",
                 input: Input::Fields(&[("A", Kind::Vector), ("ell", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "gradient",
                 procedure: "det-gradient",
                 input: Input::Fields(&[("A", Kind::Vector), ("ell", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: det_check,
@@ -264,13 +274,13 @@ const MODULES: &[Module] = &[
                 name: "primal",
                 procedure: "ode-primal",
                 input: Input::Fields(&[("x", Kind::Vector), ("s", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "gradient",
                 procedure: "ode-gradient",
                 input: Input::Fields(&[("x", Kind::Vector), ("s", Kind::Count)]),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: ode_check,
@@ -283,13 +293,13 @@ const MODULES: &[Module] = &[
                 name: "cost",
                 procedure: "kmeans-cost",
                 input: Input::Fields(&[("points", Kind::Matrix), ("centroids", Kind::Matrix)]),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "dir",
                 procedure: "kmeans-dir",
                 input: Input::Fields(&[("points", Kind::Matrix), ("centroids", Kind::Matrix)]),
-                output: None,
+                output: Output::Plain,
             },
         ],
         check: kmeans_check,
@@ -302,16 +312,35 @@ const MODULES: &[Module] = &[
                 name: "objective",
                 procedure: "gmm-objective",
                 input: Input::Fields(GMM),
-                output: None,
+                output: Output::Plain,
             },
             Function {
                 name: "jacobian",
                 procedure: "gmm-jacobian",
                 input: Input::Fields(GMM),
-                output: Some(&["alpha", "mu", "q", "l"]),
+                output: Output::Fields(&["alpha", "mu", "q", "l"]),
             },
         ],
         check: gmm_check,
+    },
+    Module {
+        name: "ba",
+        source: include_str!("../../../gradbench/ba.vlad"),
+        functions: &[
+            Function {
+                name: "objective",
+                procedure: "ba-objective",
+                input: Input::Fields(BA_OBJECTIVE),
+                output: Output::Custom(ba_objective_output),
+            },
+            Function {
+                name: "jacobian",
+                procedure: "ba-jacobian",
+                input: Input::Fields(BA_JACOBIAN),
+                output: Output::Custom(ba_jacobian_output),
+            },
+        ],
+        check: ba_check,
     },
 ];
 
@@ -360,6 +389,116 @@ fn gmm_check(input: &Json, args: &[Owned]) -> Result<(), String> {
         return Err(format!("`alpha` must have {k} numbers"));
     }
     Ok(())
+}
+
+const BA_OBJECTIVE: &[(&str, Kind)] = &[
+    ("cam", Kind::Vector),
+    ("x", Kind::Vector),
+    ("w", Kind::Real),
+    ("feat", Kind::Vector),
+];
+const BA_JACOBIAN: &[(&str, Kind)] = &[
+    ("p", Kind::Count),
+    ("cam", Kind::Vector),
+    ("x", Kind::Vector),
+    ("w", Kind::Real),
+    ("feat", Kind::Vector),
+];
+
+/// ba's sizes: `n`, `m` and `p` counts (n, m at least 1), a camera of 11, a point of 3, a
+/// feature of 2.
+fn ba_sizes(input: &Json) -> Result<(usize, usize, usize), String> {
+    let count = |name: &str| -> Result<usize, String> {
+        match convert(&input[name], Kind::Count, &format!("`{name}`"))? {
+            Owned::Real(v) => Ok(v as usize),
+            _ => Err(format!("`{name}` must be a count")),
+        }
+    };
+    let (n, m, p) = (count("n")?, count("m")?, count("p")?);
+    if n == 0 || m == 0 {
+        return Err("`n` and `m` must be at least 1".into());
+    }
+    Ok((n, m, p))
+}
+
+fn ba_check(input: &Json, args: &[Owned]) -> Result<(), String> {
+    ba_sizes(input)?;
+    let vectors: Vec<&Vec<f64>> = args
+        .iter()
+        .filter_map(|a| match a {
+            Owned::Reals(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    if let [cam, x, feat] = vectors[..] {
+        for (name, v, len) in [("cam", cam, 11), ("x", x, 3), ("feat", feat, 2)] {
+            if v.len() != len {
+                return Err(format!("`{name}` must have {len} numbers, not {}", v.len()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `{"reproj_error": {"elements": [e0, e1], "repeated": p}, "w_err": {"element": w0,
+/// "repeated": p}}`: every observation has the same errors.
+fn ba_objective_output(result: &Value, input: &Json) -> Result<Json, String> {
+    let (_, _, p) = ba_sizes(input)?;
+    let Value::Pair(reprojection, weight) = result else {
+        return Err(format!("the result {result} is not a pair"));
+    };
+    Ok(json!({
+        "reproj_error": {"elements": to_json(reprojection)?, "repeated": p},
+        "w_err": {"element": to_json(weight)?, "repeated": p},
+    }))
+}
+
+/// The sparse Jacobian of the 2p reprojection errors and the p weight errors with respect to
+/// the n cameras, the m points and the p weights (observation i: camera i mod n, point i mod
+/// m), 3p x (11n + 3m + p), in CSR form `{rows, cols, vals}`: rows 2i and 2i + 1 hold the 15
+/// entries of observation i's block (its camera's 11 columns, its point's 3, its weight's),
+/// row 2p + i the derivative of its weight error.
+fn ba_jacobian_output(result: &Value, input: &Json) -> Result<Json, String> {
+    let (n, m, p) = ba_sizes(input)?;
+    let shape = || format!("the result {result} is not p blocks and p derivatives");
+    let Value::Pair(blocks, weights) = result else {
+        return Err(shape());
+    };
+    let (Value::Array(blocks), Some(weights)) = (&**blocks, weights.reals()) else {
+        return Err(shape());
+    };
+    if blocks.len() != p || weights.len() != p {
+        return Err(shape());
+    }
+    let (mut rows, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
+    for (i, block) in blocks.iter().enumerate() {
+        let Value::Array(block_rows) = block else {
+            return Err(shape());
+        };
+        let camera = 11 * (i % n);
+        let point = 11 * n + 3 * (i % m);
+        let weight = 11 * n + 3 * m + i;
+        let columns: Vec<usize> = (camera..camera + 11)
+            .chain(point..point + 3)
+            .chain([weight])
+            .collect();
+        for row in block_rows {
+            let row = row.reals().filter(|r| r.len() == 15).ok_or_else(shape)?;
+            cols.extend(&columns);
+            vals.extend(row);
+            rows.push(cols.len());
+        }
+        if block_rows.len() != 2 {
+            return Err(shape());
+        }
+    }
+    for (i, d) in weights.iter().enumerate() {
+        cols.push(11 * n + 3 * m + i);
+        vals.push(*d);
+        rows.push(cols.len());
+    }
+    let vals: Vec<Value> = vals.into_iter().map(Value::Real).collect();
+    Ok(json!({"rows": rows, "cols": cols, "vals": to_json(&Value::Array(vals))?}))
 }
 
 fn saddle_check(_: &Json, args: &[Owned]) -> Result<(), String> {
@@ -725,8 +864,9 @@ impl Session {
         };
         let mut fields = Map::new();
         let output = match function.output {
-            None => to_json(&result)?,
-            Some(names) => {
+            Output::Plain => to_json(&result)?,
+            Output::Custom(write) => write(&result, input)?,
+            Output::Fields(names) => {
                 let items = result.list().filter(|items| items.len() == names.len());
                 let items = items.ok_or_else(|| {
                     format!("the result {result} is not a list of {}", names.len())

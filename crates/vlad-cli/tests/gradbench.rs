@@ -173,8 +173,8 @@ fn a_scripted_session_answers_every_kind_of_message() {
         json!({"id": 4, "kind": "analysis", "module": "hello", "function": "square"}),
         // A module vlad does not have, one it does not support, and one whose evaluation fails.
         json!({"id": 5, "kind": "define", "module": "nonesuch"}),
-        json!({"id": 6, "kind": "define", "module": "ba"}),
-        json!({"id": 7, "kind": "evaluate", "module": "ba", "function": "objective", "input": {}}),
+        json!({"id": 6, "kind": "define", "module": "lstm"}),
+        json!({"id": 7, "kind": "evaluate", "module": "lstm", "function": "objective", "input": {}}),
         json!({"id": "eight", "kind": "evaluate", "module": "hello", "function": "cube", "input": 1}),
         json!({"id": 9, "kind": "evaluate", "module": "hello", "function": "square", "input": "three"}),
         // Lines that are not messages: on standard error, not answered.
@@ -225,8 +225,8 @@ fn a_scripted_session_answers_every_kind_of_message() {
         assert_eq!(a.as_object().unwrap().len(), 3, "{a}");
     };
     failed(5, "vlad has no module `nonesuch`");
-    failed(6, "vlad does not support the module `ba`");
-    failed(7, "vlad does not support the module `ba`");
+    failed(6, "vlad does not support the module `lstm`");
+    failed(7, "vlad does not support the module `lstm`");
     failed(8, "no function `cube`");
     failed(9, "the input must be a number");
     failed(10, "no `kind`");
@@ -719,4 +719,72 @@ fn gmm_is_the_adbench_objective_and_its_gradient() {
     assert_close(&jacobian["mu"], &json!(mu), 1e-7);
     assert_close(&jacobian["q"], &json!(q), 1e-7);
     assert_close(&jacobian["l"], &json!(l), 1e-7);
+}
+
+/// ba's reprojection error by hand (ADBench's project), of the camera (11), point (3) and
+/// weight flat in `v`.
+fn ba_reprojection(v: &[f64], feat: &[f64]) -> [f64; 2] {
+    let (r, c, f, x0, k) = (&v[0..3], &v[3..6], v[6], &v[7..9], &v[9..11]);
+    let (x, w) = (&v[11..14], v[14]);
+    let y: Vec<f64> = (0..3).map(|i| x[i] - c[i]).collect();
+    let cross = |a: &[f64], b: &[f64]| {
+        [
+            a[1] * b[2] - a[2] * b[1],
+            a[2] * b[0] - a[0] * b[2],
+            a[0] * b[1] - a[1] * b[0],
+        ]
+    };
+    let theta = (r[0] * r[0] + r[1] * r[1] + r[2] * r[2]).sqrt();
+    let u: Vec<f64> = r.iter().map(|ri| ri / theta).collect();
+    let uy = cross(&u, &y);
+    let dot: f64 = (0..3).map(|i| u[i] * y[i]).sum();
+    let z: Vec<f64> = (0..3)
+        .map(|i| y[i] * theta.cos() + uy[i] * theta.sin() + u[i] * dot * (1.0 - theta.cos()))
+        .collect();
+    let p = [z[0] / z[2], z[1] / z[2]];
+    let rsq = p[0] * p[0] + p[1] * p[1];
+    let l = 1.0 + k[0] * rsq + k[1] * rsq * rsq;
+    [
+        w * (p[0] * l * f + x0[0] - feat[0]),
+        w * (p[1] * l * f + x0[1] - feat[1]),
+    ]
+}
+
+#[test]
+fn ba_errors_and_their_sparse_jacobian() {
+    let cam = [0.1, -0.2, 0.3, 0.2, -0.1, -5.0, 2.0, 0.05, -0.1, 0.1, -0.05];
+    let (x, w, feat) = ([0.7, 0.4, 1.2], 0.8, [0.1, 0.2]);
+    let (n, m, p) = (2, 3, 5);
+    let input = json!({"n": n, "m": m, "p": p, "cam": cam, "x": x, "w": w, "feat": feat});
+    let got = outputs("ba", &[("objective", input.clone()), ("jacobian", input)]);
+    let v: Vec<f64> = cam.iter().chain(&x).chain([&w]).cloned().collect();
+    let e = ba_reprojection(&v, &feat);
+    assert_eq!(got[0]["reproj_error"]["repeated"], json!(p));
+    assert_eq!(got[0]["w_err"]["repeated"], json!(p));
+    assert_close(&got[0]["reproj_error"]["elements"], &json!(e), 1e-12);
+    assert_close(&got[0]["w_err"]["element"], &json!(1.0 - w * w), 1e-12);
+    // The block by finite differences; the CSR layout of 3p rows and 11n + 3m + p columns.
+    let block: Vec<Vec<f64>> = (0..2)
+        .map(|r| finite_gradient(|v| ba_reprojection(v, &feat)[r], &v))
+        .collect();
+    let (mut rows, mut cols, mut vals) = (vec![0], Vec::new(), Vec::new());
+    for i in 0..p {
+        for row in &block {
+            cols.extend(11 * (i % n)..11 * (i % n) + 11);
+            cols.extend(11 * n + 3 * (i % m)..11 * n + 3 * (i % m) + 3);
+            cols.push(11 * n + 3 * m + i);
+            vals.extend(row);
+            rows.push(cols.len());
+        }
+    }
+    for i in 0..p {
+        cols.push(11 * n + 3 * m + i);
+        vals.push(-2.0 * w);
+        rows.push(cols.len());
+    }
+    let jacobian = &got[1];
+    assert_eq!(jacobian.as_object().unwrap().len(), 3, "{jacobian}");
+    assert_eq!(jacobian["rows"], json!(rows));
+    assert_eq!(jacobian["cols"], json!(cols));
+    assert_close(&jacobian["vals"], &json!(vals), 1e-7);
 }
