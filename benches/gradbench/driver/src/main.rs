@@ -381,6 +381,153 @@ impl Gmm {
     }
 }
 
+// --- ba ----------------------------------------------------------------------------------
+
+/// A number with a gradient of 15 entries (forward mode, all directions at once).
+#[derive(Clone, Copy)]
+struct D15 {
+    v: f64,
+    d: [f64; 15],
+}
+
+impl D15 {
+    fn cst(v: f64) -> D15 {
+        D15 { v, d: [0.0; 15] }
+    }
+    fn var(v: f64, i: usize) -> D15 {
+        let mut d = [0.0; 15];
+        d[i] = 1.0;
+        D15 { v, d }
+    }
+    fn map(self, v: f64, dv: f64) -> D15 {
+        let mut d = self.d;
+        for x in d.iter_mut() {
+            *x *= dv;
+        }
+        D15 { v, d }
+    }
+    fn add(self, o: D15) -> D15 {
+        let mut d = self.d;
+        for (x, y) in d.iter_mut().zip(o.d) {
+            *x += y;
+        }
+        D15 { v: self.v + o.v, d }
+    }
+    fn sub(self, o: D15) -> D15 {
+        self.add(o.scale(-1.0))
+    }
+    fn scale(self, k: f64) -> D15 {
+        self.map(self.v * k, k)
+    }
+    fn mul(self, o: D15) -> D15 {
+        let mut d = [0.0; 15];
+        for i in 0..15 {
+            d[i] = self.d[i] * o.v + self.v * o.d[i];
+        }
+        D15 { v: self.v * o.v, d }
+    }
+    fn recip(self) -> D15 {
+        self.map(1.0 / self.v, -1.0 / (self.v * self.v))
+    }
+    fn sqrt(self) -> D15 {
+        let r = self.v.sqrt();
+        self.map(r, 0.5 / r)
+    }
+    fn sin(self) -> D15 {
+        self.map(self.v.sin(), self.v.cos())
+    }
+    fn cos(self) -> D15 {
+        self.map(self.v.cos(), -self.v.sin())
+    }
+}
+
+/// An observation's reprojection error, as ADBench's project, of the camera (11), point (3) and
+/// weight in `v`.
+fn ba_reprojection(v: &[D15; 15], feat: &[f64]) -> [D15; 2] {
+    let cross = |a: [D15; 3], b: [D15; 3]| {
+        [
+            a[1].mul(b[2]).sub(a[2].mul(b[1])),
+            a[2].mul(b[0]).sub(a[0].mul(b[2])),
+            a[0].mul(b[1]).sub(a[1].mul(b[0])),
+        ]
+    };
+    let r = [v[0], v[1], v[2]];
+    let y = [v[11].sub(v[3]), v[12].sub(v[4]), v[13].sub(v[5])];
+    let sq = r[0].mul(r[0]).add(r[1].mul(r[1])).add(r[2].mul(r[2]));
+    let z = if sq.v == 0.0 {
+        let c = cross(r, y);
+        [y[0].add(c[0]), y[1].add(c[1]), y[2].add(c[2])]
+    } else {
+        let theta = sq.sqrt();
+        let (c, s, inv) = (theta.cos(), theta.sin(), theta.recip());
+        let u = [r[0].mul(inv), r[1].mul(inv), r[2].mul(inv)];
+        let uy = cross(u, y);
+        let t = u[0]
+            .mul(y[0])
+            .add(u[1].mul(y[1]))
+            .add(u[2].mul(y[2]))
+            .mul(D15::cst(1.0).sub(c));
+        [0, 1, 2].map(|i| y[i].mul(c).add(uy[i].mul(s)).add(u[i].mul(t)))
+    };
+    let iz = z[2].recip();
+    let p = [z[0].mul(iz), z[1].mul(iz)];
+    let rsq = p[0].mul(p[0]).add(p[1].mul(p[1]));
+    let l = D15::cst(1.0)
+        .add(v[9].mul(rsq))
+        .add(v[10].mul(rsq.mul(rsq)));
+    [0, 1].map(|i| v[14].mul(p[i].mul(l).mul(v[6]).add(v[7 + i]).sub(D15::cst(feat[i]))))
+}
+
+fn ba_inputs(cam: &[f64], x: &[f64], w: f64, seed: impl Fn(f64, usize) -> D15) -> [D15; 15] {
+    std::array::from_fn(|i| {
+        let value = if i < 11 {
+            cam[i]
+        } else if i < 14 {
+            x[i - 11]
+        } else {
+            w
+        };
+        seed(value, i)
+    })
+}
+
+/// The p blocks (2 x 15) and the p derivatives of the weight errors, as vlad's `ba-jacobian`.
+fn ba_jacobian(
+    p: usize,
+    cam: &[f64],
+    x: &[f64],
+    w: f64,
+    feat: &[f64],
+) -> (Vec<[[f64; 15]; 2]>, Vec<f64>) {
+    let blocks = (0..p)
+        .map(|_| {
+            let e = ba_reprojection(&ba_inputs(cam, x, w, D15::var), feat);
+            [e[0].d, e[1].d]
+        })
+        .collect();
+    (blocks, vec![-2.0 * w; p])
+}
+
+/// The CSR form `vlad gradbench` writes (outside the timing on both sides).
+fn ba_csr(n: usize, m: usize, blocks: &[[[f64; 15]; 2]], weights: &[f64]) -> Json {
+    let (mut rows, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
+    for (i, block) in blocks.iter().enumerate() {
+        for row in block {
+            cols.extend(11 * (i % n)..11 * (i % n) + 11);
+            cols.extend(11 * n + 3 * (i % m)..11 * n + 3 * (i % m) + 3);
+            cols.push(11 * n + 3 * m + i);
+            vals.extend(row);
+            rows.push(cols.len());
+        }
+    }
+    for (i, d) in weights.iter().enumerate() {
+        cols.push(11 * n + 3 * m + i);
+        vals.push(*d);
+        rows.push(cols.len());
+    }
+    json!({"rows": rows, "cols": cols, "vals": vals})
+}
+
 // --- the table ---------------------------------------------------------------------------
 
 /// A baseline's result, converted to JSON after the timing.
@@ -389,6 +536,10 @@ enum Out {
     Reals(Vec<f64>),
     Rows(Vec<Vec<f64>>),
     Object(Vec<(&'static str, Json)>),
+    /// ba's objective: the reprojection and weight errors, repeated p times.
+    BaObjective([f64; 2], f64, usize),
+    /// ba's blocks and weight derivatives, for n cameras and m points.
+    Ba(usize, usize, Vec<[[f64; 15]; 2]>, Vec<f64>),
 }
 
 impl Out {
@@ -397,6 +548,11 @@ impl Out {
             Out::Real(x) => json!(x),
             Out::Reals(x) => json!(x),
             Out::Rows(x) => json!(x),
+            Out::BaObjective(e, w, p) => json!({
+                "reproj_error": {"elements": e, "repeated": p},
+                "w_err": {"element": w, "repeated": p},
+            }),
+            Out::Ba(n, m, blocks, weights) => ba_csr(*n, *m, blocks, weights),
             Out::Object(fields) => Json::Object(
                 fields
                     .iter()
@@ -463,7 +619,34 @@ fn cases() -> Vec<(&'static str, &'static str, Json, Baseline)> {
                         "alpha": params.0, "mu": params.1, "q": params.2, "l": params.3});
     let (gmm, params) = (std::rc::Rc::new(gmm), std::rc::Rc::new(params));
     let (gmm2, params2) = (gmm.clone(), params.clone());
-    vec![
+    let ba_cam = [0.1, -0.2, 0.3, 0.2, -0.1, -5.0, 2.0, 0.05, -0.1, 0.1, -0.05];
+    let (ba_x, ba_w, ba_feat) = ([0.7, 0.4, 1.2], 0.8, [0.1, 0.2]);
+    let (ba_n, ba_m, ba_p) = (100, 1000, 2000);
+    let ba_in = json!({"n": ba_n, "m": ba_m, "p": ba_p, "cam": ba_cam, "x": ba_x, "w": ba_w, "feat": ba_feat});
+    let mut cases: Vec<(&'static str, &'static str, Json, Baseline)> = vec![
+        (
+            "ba",
+            "objective",
+            ba_in.clone(),
+            Box::new(move || {
+                let e = ba_reprojection(
+                    &ba_inputs(&ba_cam, &ba_x, ba_w, |v, _| D15::cst(v)),
+                    &ba_feat,
+                );
+                Out::BaObjective([e[0].v, e[1].v], 1.0 - ba_w * ba_w, ba_p)
+            }),
+        ),
+        (
+            "ba",
+            "jacobian",
+            ba_in,
+            Box::new(move || {
+                let (blocks, weights) = ba_jacobian(ba_p, &ba_cam, &ba_x, ba_w, &ba_feat);
+                Out::Ba(ba_n, ba_m, blocks, weights)
+            }),
+        ),
+    ];
+    let more: Vec<(&'static str, &'static str, Json, Baseline)> = vec![
         (
             "gmm",
             "objective",
@@ -608,7 +791,9 @@ fn cases() -> Vec<(&'static str, &'static str, Json, Baseline)> {
             kmeans_in,
             Box::new(move || Out::Rows(kmeans_dir(&p1, &c1))),
         ),
-    ]
+    ];
+    cases.extend(more);
+    cases
 }
 
 /// The size of an input, for the table.
@@ -637,6 +822,7 @@ fn size(module: &str, input: &Json) -> String {
         }
         "saddle" => "start (1, 1)".into(),
         "particle" => "w = 0".into(),
+        "ba" => format!("n = {}, m = {}, p = {}", input["n"], input["m"], input["p"]),
         "gmm" => format!("d = {}, k = {}, n = {}", input["d"], input["k"], input["n"]),
         _ => format!("x = {input}"),
     }
