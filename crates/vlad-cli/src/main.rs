@@ -3,6 +3,7 @@
 mod budget;
 mod check;
 mod compile;
+mod gradbench;
 mod native;
 mod repl;
 
@@ -86,6 +87,17 @@ enum Command {
         /// The history file (default `$VLAD_HISTORY`, else `~/.vlad_history`).
         #[arg(long, value_name = "FILE")]
         history: Option<PathBuf>,
+    },
+    /// Speak GradBench's protocol on standard input and output: vlad as a tool of the AD
+    /// benchmark suite (docs/gradbench.md).
+    Gradbench {
+        /// Read the modules' VLAD files (`NAME.vlad`) from this directory instead of the ones
+        /// built into vlad.
+        #[arg(long, value_name = "DIR")]
+        modules: Option<PathBuf>,
+        /// Compile for any CPU of this architecture (no `-march=native`).
+        #[arg(long)]
+        portable: bool,
     },
     /// Check a conformance file: every `expr ===> expected` assertion must hold.
     Check {
@@ -223,6 +235,7 @@ fn dispatch(cli: Cli) -> u8 {
             }
         }
         Command::Repl { include, history } => repl::repl(&include, history),
+        Command::Gradbench { modules, portable } => gradbench::gradbench(modules, !portable),
         Command::Compile {
             file,
             include,

@@ -445,7 +445,7 @@ impl<T: Real, MI: Mode> Objective<T, 2> for SaddleOuter<MI> {
     }
 }
 
-fn saddle<MO: Mode, MI: Mode>(i: usize) -> [f64; 4] {
+pub fn saddle<MO: Mode, MI: Mode>(i: usize) -> [f64; 4] {
     let s = 1.0 + (i as f64) * 1e-12;
     let outer = SaddleOuter::<MI> { start: s, _m: PhantomData };
     let xy1 = argmin::<MO, f64, _, 2>(&outer, [s, s]);
@@ -499,7 +499,7 @@ impl<T: Real, MI: Mode> Objective<T, 1> for ParticleCost<MI> {
     }
 }
 
-fn particle<MO: Mode, MI: Mode>(i: usize) -> f64 {
+pub fn particle<MO: Mode, MI: Mode>(i: usize) -> f64 {
     let w0 = (i as f64) * 1e-12;
     argmin::<MO, f64, _, 1>(&ParticleCost::<MI>(PhantomData), [w0])[0]
 }
