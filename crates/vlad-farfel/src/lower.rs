@@ -1378,26 +1378,7 @@ impl<'s, 'a> Lowering<'s, 'a> {
         seeded.retain(|&v| self.sema.vars[v].is_array() || in_loops.contains(&v));
         if !reverse {
             // Tangents of the independent variables, evaluated before the block.
-            for &v in &seeded {
-                let x = self.read(cur, v, span)?;
-                let z = self.call_prim(Prim::Zero, &[x], span);
-                let z = self.bind(seq, &format!("d{}", self.name(v)), z, span);
-                cur.insert(Slot::Tan(v), z);
-            }
-            for it in opening {
-                self.ad_open(it, seq, cur)?;
-            }
-            let mut tans = Vec::new();
-            for &v in &ins {
-                match cur.remove(&Slot::Tan(v)) {
-                    Some(t) => tans.push(t),
-                    None => {
-                        let x = self.read(cur, v, span)?;
-                        tans.push(self.call_prim(Prim::Zero, &[x], span));
-                    }
-                }
-            }
-            cur.retain(|k, _| !matches!(k, Slot::Tan(_)));
+            let tans = self.seeds(&seeded, &ins, opening, Prim::Zero, "d{}", seq, cur, span)?;
             // ((j* blk) (bundle inputs (perturb tangents)))
             let tl = self.list(&tans);
             let perturbed = self.call_prim(Prim::Perturb, &[tl], span);
@@ -1442,26 +1423,16 @@ impl<'s, 'a> Lowering<'s, 'a> {
                 self.set(seq, cur, v, p, span)?;
             }
             // The cotangents of the dependent variables, evaluated after the forward phase.
-            for &v in &seeded {
-                let x = self.read(cur, v, span)?;
-                let z = self.call_prim(Prim::SZero, &[x], span);
-                let z = self.bind(seq, &format!("{}-bar", self.name(v)), z, span);
-                cur.insert(Slot::Tan(v), z);
-            }
-            for it in opening {
-                self.ad_open(it, seq, cur)?;
-            }
-            let mut sens = Vec::new();
-            for &v in &outs {
-                match cur.remove(&Slot::Tan(v)) {
-                    Some(t) => sens.push(t),
-                    None => {
-                        let x = self.read(cur, v, span)?;
-                        sens.push(self.call_prim(Prim::SZero, &[x], span));
-                    }
-                }
-            }
-            cur.retain(|k, _| !matches!(k, Slot::Tan(_)));
+            let sens = self.seeds(
+                &seeded,
+                &outs,
+                opening,
+                Prim::SZero,
+                "{}-bar",
+                seq,
+                cur,
+                span,
+            )?;
             let sl = self.list(&sens);
             let sensitized = self.call_prim(Prim::Sensitize, &[sl], span);
             let bpv = self.var(bp);
@@ -1497,6 +1468,45 @@ impl<'s, 'a> Lowering<'s, 'a> {
         let z = self.call_prim(Prim::Zero, &[f], span);
         let p = self.call_prim(Prim::Perturb, &[z], span);
         self.call_prim(Prim::Bundle, &[f, p], span)
+    }
+
+    /// The seeds of an ADF (tangents, `zero` each by default) or ADR (cotangents, `zero` of
+    /// sensitivities) block: a slot of its default for each variable of `seeded` (named by
+    /// `name`, `{}` the variable's name), the opening assignments, then the seed of each of
+    /// `vars` (the default where the opening set none). The seed slots are gone afterwards.
+    #[allow(clippy::too_many_arguments)]
+    fn seeds(
+        &mut self,
+        seeded: &[VarId],
+        vars: &[VarId],
+        opening: &[AdItem],
+        zero: Prim,
+        name: &str,
+        seq: &mut Seq,
+        cur: &mut State,
+        span: Span,
+    ) -> R<Vec<ExprId>> {
+        for &v in seeded {
+            let x = self.read(cur, v, span)?;
+            let z = self.call_prim(zero, &[x], span);
+            let z = self.bind(seq, &name.replace("{}", &self.name(v)), z, span);
+            cur.insert(Slot::Tan(v), z);
+        }
+        for it in opening {
+            self.ad_open(it, seq, cur)?;
+        }
+        let mut out = Vec::new();
+        for &v in vars {
+            match cur.remove(&Slot::Tan(v)) {
+                Some(t) => out.push(t),
+                None => {
+                    let x = self.read(cur, v, span)?;
+                    out.push(self.call_prim(zero, &[x], span));
+                }
+            }
+        }
+        cur.retain(|k, _| !matches!(k, Slot::Tan(_)));
+        Ok(out)
     }
 
     fn ad_open(&mut self, it: &AdItem, seq: &mut Seq, cur: &mut State) -> R<()> {
