@@ -166,7 +166,7 @@ pub fn library(
     output: Option<PathBuf>,
     opts: crate::native::CcOptions,
 ) -> u8 {
-    if output.is_some() || matches!(emit, Some(Emit::Flow | Emit::Ir)) {
+    if output.is_some() || !matches!(emit, None | Some(Emit::C)) {
         eprintln!("vlad: --lib NAME writes libNAME.so and NAME.h (no -o); --emit c prints its C");
         return 2;
     }

@@ -999,6 +999,19 @@ int main(void) {
     }
     let missing = vlad(&["compile", "model.vlad", "--lib", "out/x"], s.path(), "");
     assert_eq!(missing.code, Some(2), "{}", missing.describe());
+    for extra in [&["--emit", "core"][..], &["--emit", "flow"], &["-o", "x"]] {
+        let mut args = vec![
+            "compile",
+            "model.vlad",
+            "--lib",
+            "out/x",
+            "--export",
+            "f(array)",
+        ];
+        args.extend(extra);
+        let o = vlad(&args, s.path(), "");
+        assert_eq!(o.code, Some(2), "{extra:?}: {}", o.describe());
+    }
     let nowhere = vlad(
         &[
             "compile",
