@@ -185,7 +185,12 @@ pub fn library(
         return 2;
     };
     let meter = crate::budget::Meter::analysis();
-    let c = match vlad::export::library_c(file, include, &sigs, Some(meter.budget())) {
+    let source = match crate::Source::read(file) {
+        Ok(source) => source,
+        Err(code) => return code,
+    };
+    let budget = Some(meter.budget());
+    let c = match vlad::export::library_c(&source.path, &source.text, include, &sigs, budget) {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");

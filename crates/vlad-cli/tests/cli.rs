@@ -997,6 +997,21 @@ int main(void) {
         assert_ne!(o.code, Some(0), "{exports:?}");
         assert!(o.stderr.contains(message), "{exports:?}: {}", o.describe());
     }
+    // The program on standard input, as for every command.
+    let piped = vlad(
+        &[
+            "compile",
+            "-",
+            "--lib",
+            "out/piped",
+            "--export",
+            "grad-f(array)",
+        ],
+        s.path(),
+        program,
+    );
+    assert_eq!(piped.code, Some(0), "{}", piped.describe());
+    assert!(s.path().join("out/libpiped.so").exists());
     let missing = vlad(&["compile", "model.vlad", "--lib", "out/x"], s.path(), "");
     assert_eq!(missing.code, Some(2), "{}", missing.describe());
     for extra in [&["--emit", "core"][..], &["--emit", "flow"], &["-o", "x"]] {

@@ -170,11 +170,13 @@ pub struct LibraryC {
     pub header: String,
 }
 
-/// Compiles the procedures `exports` of the program in `file` to the C of a shared library.
+/// Compiles the procedures `exports` of the program `text`, read from `file` (its name in
+/// messages, and where `include` starts), to the C of a shared library.
 /// The error is rendered as the command reports it (`path:line:col: error: ...`). The program's
 /// own top-level expressions are not part of the library; its definitions are.
 pub fn library_c(
     file: &Path,
+    text: &str,
     include: &[PathBuf],
     exports: &[Signature],
     budget: Option<vlad_flow::analysis::Budget>,
@@ -195,11 +197,9 @@ pub fn library_c(
             ));
         }
     }
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| format!("vlad: error: cannot read {}: {e}\n", file.display()))?;
     // Each exported name becomes a top-level expression after the program (the file's own
     // scope sees the file's definitions); its value is the procedure the library calls.
-    let mut with_names = text.clone();
+    let mut with_names = text.to_string();
     for e in exports {
         with_names.push('\n');
         with_names.push_str(&e.name);

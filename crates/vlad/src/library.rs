@@ -169,7 +169,9 @@ impl Library {
             .iter()
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?;
-        let c = crate::export::library_c(file, include, &sigs, None)?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("vlad: error: cannot read {}: {e}\n", file.display()))?;
+        let c = crate::export::library_c(file, &text, include, &sigs, None)?;
         let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
         let so = dir.path().join("library.so");
         crate::cc::compile_shared(&c.c, &so, native)?;
