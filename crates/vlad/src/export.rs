@@ -6,7 +6,7 @@
 //! compiler specialises and compiles what that call needs, as it does for a program's run. The
 //! C function `vlad_NAME` takes one boxed value per argument and returns the result boxed; a
 //! run-time error returns 0 and leaves its message for `vlad_error()`. The interface is in the
-//! header this module writes ([`LibraryC::header`]) and in docs/backend-c.md.
+//! header this module writes ([`LibraryC::header`]) and in docs/language.md, "Libraries".
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
