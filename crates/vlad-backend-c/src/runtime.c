@@ -1136,6 +1136,14 @@ static V vl_list_to_array_rev(V l, int flat) {
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) a->s[i--].v = x->s[0].v;
   return a;
 }
+/* `%dense`: an array sensitivity computed (the sweep of the reverse `build` reads it an element
+   at a time); anything but an array is the evaluator's error. */
+static V vl_dense_array(int site, V a) {
+  a = vl_dense(a);
+  if (a->kind != VL_ARRAY)
+    vl_fail_value(site, "the sensitivity of an array made by `build` must be an array, got ", a, "");
+  return a;
+}
 static V vl_array_to_list_rev(int site, V a) {
   a = vl_dense(a);
   if (a->kind != VL_ARRAY)

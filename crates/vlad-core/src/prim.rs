@@ -80,6 +80,12 @@ prims! {
     ListToArrayRev => "%list->array-rev",
     ArrayToListRev => "%array->list-rev",
     OneHotSens => "%onehot-sensitivity",
+    // The loop of reverse-mode `ifold`: an `ifold` whose step also gives a value to keep,
+    // collected in an array (the tape of the step's backpropagators).
+    IfoldTape => "%ifold-tape",
+    // The value itself, a lazy array sensitivity (or zero) computed: the sweeps of the reverse
+    // `build` and `%ifold-tape` read the sensitivity of their array an element at a time.
+    Dense => "%dense",
 }
 
 impl Prim {
@@ -108,6 +114,8 @@ impl Prim {
                 | Prim::ListToArrayRev
                 | Prim::ArrayToListRev
                 | Prim::OneHotSens
+                | Prim::IfoldTape
+                | Prim::Dense
         )
     }
 

@@ -131,63 +131,25 @@ impl Rev<'_> {
     }
 
     /// The reverse phase of `x = (if c (la) (lb))`: the backpropagator `bp` of the branch taken
-    /// returns the sensitivity of that thunk's environment; both branches of a conditional in the
-    /// backpropagator widen it to the union of the two environments (a lazy zero for what the
-    /// branch does not use), so one static accumulation follows.
+    /// returns the sensitivity of the union of the two branches' environments (see
+    /// `widened_branch`), which is accumulated into each variable.
     fn distribute_branch(
         &mut self,
         s: ExprId,
         bp: Var,
-        c: &Atom,
         la: ExprId,
         lb: ExprId,
         conv_s: Tags,
     ) -> Result<(), TransformError> {
-        let mut union: Vec<Var> = self.arena.free_vars(la).to_vec();
-        union.extend(self.arena.free_vars(lb).iter().copied());
-        union.sort();
-        union.dedup();
-        let mut branches = Vec::new();
-        for l in [la, lb] {
-            let free = self.arena.free_vars(l);
-            let (fb, ub) = (
-                self.arena.temp("f-bar", self.ts),
-                self.arena.temp("unit-bar", self.ts),
-            );
-            let bpe = self.arena.mk(Expr::Var(bp));
-            let call = self.arena.mk(Expr::App(bpe, s, Span::NONE));
-            let parts: Vec<Var> = free
-                .iter()
-                .map(|_| self.arena.temp("env-bar", self.ts))
-                .collect();
-            let mut list_pat = Pattern::Const(Datum::Nil, self.ts);
-            for v in parts.iter().rev() {
-                list_pat = Pattern::Cons(self.ts, Rc::new(Pattern::Var(*v)), Rc::new(list_pat));
-            }
-            let mut widened = self.arena.mk(Expr::Const(Datum::Nil, self.ts));
-            for y in union.iter().rev() {
-                let item = match free.iter().position(|f| f == y) {
-                    Some(k) => self.arena.mk(Expr::Var(parts[k])),
-                    None => {
-                        let yr = self.arena.mk(Expr::Var(tagged(*y, Tag::Reverse)?));
-                        let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
-                        self.arena.mk(Expr::App(z, yr, Span::NONE))
-                    }
-                };
-                widened = self.arena.mk(Expr::Cons(self.ts, item, widened));
-            }
-            let fbe = self.arena.mk(Expr::Var(fb));
-            let inner = self
-                .arena
-                .mk(Expr::Let(Rc::new(list_pat), fbe, widened, Span::NONE));
-            let pair = Pattern::Cons(conv_s, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ub)));
-            branches.push(
-                self.arena
-                    .mk(Expr::Let(Rc::new(pair), call, inner, Span::NONE)),
-            );
-        }
-        let ce = self.arena.atom_reverse(c)?;
-        let choose = self.arena.mk(Expr::If(ce, branches[0], branches[1]));
+        let union = self.arena.branch_union(la, lb);
+        let (fb, ub) = (
+            self.arena.temp("f-bar", self.ts),
+            self.arena.temp("unit-bar", self.ts),
+        );
+        let bpe = self.arena.mk(Expr::Var(bp));
+        let call = self.arena.mk(Expr::App(bpe, s, Span::NONE));
+        let pair = Pattern::Cons(conv_s, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ub)));
+        self.lets.push((pair, call));
         let us: Vec<Var> = union
             .iter()
             .map(|_| self.arena.temp("branch-bar", self.ts))
@@ -196,7 +158,8 @@ impl Rev<'_> {
         for u in us.iter().rev() {
             pat = Pattern::Cons(self.ts, Rc::new(Pattern::Var(*u)), Rc::new(pat));
         }
-        self.lets.push((pat, choose));
+        let fbe = self.arena.mk(Expr::Var(fb));
+        self.lets.push((pat, fbe));
         for (y, u) in union.iter().zip(&us) {
             let e = self.arena.mk(Expr::Var(*u));
             self.accumulate(*y, e)?;
@@ -243,6 +206,73 @@ impl Rev<'_> {
 }
 
 impl Arena {
+    /// The free variables of either branch of a conditional, sorted.
+    fn branch_union(&mut self, la: ExprId, lb: ExprId) -> Vec<Var> {
+        let mut union: Vec<Var> = self.free_vars(la).to_vec();
+        union.extend(self.free_vars(lb).iter().copied());
+        union.sort();
+        union.dedup();
+        union
+    }
+
+    /// `call`, the call of a reverse-transformed branch thunk (whose free variables are
+    /// `free`), with its backpropagator wrapped so that it returns the sensitivity of the union
+    /// of both branches' free variables (`union`, a lazy zero for those this branch does not
+    /// use) instead of its own environment's. The two branches' backpropagators then return
+    /// values of one shape: a backpropagator that received either (it is chosen at run time)
+    /// has one result, where results of two shapes would have to be boxed in compiled code.
+    /// `t` is the level of the enclosing code, `ts` with the sensitivity tag pushed, `conv_s`
+    /// the tags of a backpropagator's result pair.
+    fn widened_branch(
+        &mut self,
+        call: ExprId,
+        free: &[Var],
+        union: &[Var],
+        t: Tags,
+        ts: Tags,
+        conv_s: Tags,
+    ) -> Result<ExprId, TransformError> {
+        let (y, bp) = (self.temp("branch", t), self.temp("backprop", t));
+        let sy = self.temp("result-bar", Tags::EMPTY);
+        let (fb, ub) = (self.temp("f-bar", ts), self.temp("unit-bar", ts));
+        let parts: Vec<Var> = free.iter().map(|_| self.temp("env-bar", ts)).collect();
+        let mut list_pat = Pattern::Const(Datum::Nil, ts);
+        for v in parts.iter().rev() {
+            list_pat = Pattern::Cons(ts, Rc::new(Pattern::Var(*v)), Rc::new(list_pat));
+        }
+        let mut widened = self.mk(Expr::Const(Datum::Nil, ts));
+        for u in union.iter().rev() {
+            let item = match free.iter().position(|f| f == u) {
+                Some(k) => self.mk(Expr::Var(parts[k])),
+                None => {
+                    let ur = self.mk(Expr::Var(tagged(*u, Tag::Reverse)?));
+                    let z = self.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
+                    self.mk(Expr::App(z, ur, Span::NONE))
+                }
+            };
+            widened = self.mk(Expr::Cons(ts, item, widened));
+        }
+        let ube = self.mk(Expr::Var(ub));
+        let result = self.mk(Expr::Cons(conv_s, widened, ube));
+        let fbe = self.mk(Expr::Var(fb));
+        let inner = self.mk(Expr::Let(Rc::new(list_pat), fbe, result, Span::NONE));
+        let bpe = self.mk(Expr::Var(bp));
+        let sye = self.mk(Expr::Var(sy));
+        let call_bp = self.mk(Expr::App(bpe, sye, Span::NONE));
+        let pair = Pattern::Cons(conv_s, Rc::new(Pattern::Var(fb)), Rc::new(Pattern::Var(ub)));
+        let body = self.mk(Expr::Let(Rc::new(pair), call_bp, inner, Span::NONE));
+        let wrapper = self.mk(Expr::Lambda(Rc::new(Pattern::Var(sy)), body, Span::NONE));
+        self.base_level.insert(wrapper, t);
+        let ye = self.mk(Expr::Var(y));
+        let out = self.mk(Expr::Cons(Tags::EMPTY, ye, wrapper));
+        let pat = Pattern::Cons(
+            Tags::EMPTY,
+            Rc::new(Pattern::Var(y)),
+            Rc::new(Pattern::Var(bp)),
+        );
+        Ok(self.mk(Expr::Let(Rc::new(pat), call, out, Span::NONE)))
+    }
+
     fn temp(&mut self, name: &str, tags: Tags) -> Var {
         let v = self.fresh_var(name);
         Var { id: v.id, tags }
@@ -378,11 +408,13 @@ impl Arena {
                     backprops.push(bp);
                     let ce = self.atom_reverse(c)?;
                     let unit = self.mk(Expr::Const(Datum::Nil, push(t, Tag::Reverse)?));
+                    let union = self.branch_union(*la, *lb);
                     let mut calls = Vec::new();
                     for l in [*la, *lb] {
                         let free = self.free_vars(l);
                         let f = self.reverse_transform(l, &[], &free)?;
-                        calls.push(self.mk(Expr::App(f, unit, Span::NONE)));
+                        let call = self.mk(Expr::App(f, unit, Span::NONE));
+                        calls.push(self.widened_branch(call, &free, &union, t, ts, conv_s)?);
                     }
                     let e = self.mk(Expr::If(ce, calls[0], calls[1]));
                     let pat = Pattern::Cons(
@@ -471,13 +503,13 @@ impl Arena {
                     let free = rev.arena.free_vars(*l);
                     rev.distribute_closure(s, *l, &free)?;
                 }
-                Bind::If(x, c, la, lb) => {
+                Bind::If(x, _, la, lb) => {
                     let bp = *bp_iter.next().expect("one backpropagator per conditional");
                     if !rev.assigned.contains_key(x) {
                         continue;
                     }
                     let s = rev.current(*x)?;
-                    rev.distribute_branch(s, bp, c, *la, *lb, conv_s)?;
+                    rev.distribute_branch(s, bp, *la, *lb, conv_s)?;
                 }
                 Bind::Letrec(bs) => {
                     let gfree = rev.arena.group_free(bs);

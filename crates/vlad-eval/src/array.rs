@@ -226,6 +226,19 @@ impl Evaluator {
                 }
                 acc
             }
+            Prim::Dense => match arg {
+                Value::SensArray(a) => self.force_sens(a, span)?,
+                Value::Zero(z) if matches!(z.of, Value::Array(_)) => {
+                    self.force_zero(&z.of, span)?
+                }
+                Value::Array(_) => arg.clone(),
+                _ => {
+                    return Err(e(format!(
+                        "the sensitivity of an array made by `build` must be an array, got {}",
+                        arg.describe()
+                    )))
+                }
+            },
             Prim::OneHotSens => {
                 // (a k s): the sensitivity of the reverse array `a` that is `s` at index k.
                 let parts = crate::prims::two(arg)

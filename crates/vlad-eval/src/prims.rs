@@ -75,7 +75,7 @@ impl Evaluator {
         span: Span,
     ) -> Result<Outcome, EvalError> {
         let e = |m: String| EvalError::new(span, m);
-        if let Prim::Build | Prim::Ifold = p {
+        if let Prim::Build | Prim::Ifold | Prim::IfoldTape = p {
             // Defined in VLAD (a loop calling the argument procedure): run that definition.
             let f = self.array_definition(p)?;
             return Ok(Outcome::TailCall(f, arg));

@@ -42,7 +42,7 @@ impl Analysis<'_> {
             Av::Closure(c, _) => self.code_tags(*c),
             Av::Bundle(p, _) => self.tags_of(p).push(Tag::Forward).unwrap_or(Tags::EMPTY),
             Av::Tagged(t, x) => self.tags_of(x).push(*t).unwrap_or(Tags::EMPTY),
-            Av::Zero(of) => self
+            Av::Zero(of) | Av::OrZero(of, _) => self
                 .tags_of(of)
                 .pop()
                 .push(Tag::Sensitivity)
@@ -64,6 +64,11 @@ impl Analysis<'_> {
     pub(crate) fn force(&mut self, v: &Av) -> R<Av> {
         match v {
             Av::Zero(of) => self.force_zero(of),
+            // Either alternative, as the operation that forces sees it.
+            Av::OrZero(of, x) => {
+                let z = self.force_zero(of)?;
+                Ok(z.join(x, &mut self.boxes))
+            }
             _ => Ok(v.clone()),
         }
     }
@@ -349,8 +354,8 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.zero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.zero(e)?),
-            Av::Zero(of) => {
-                let m = self.force_zero(of)?;
+            Av::Zero(_) | Av::OrZero(..) => {
+                let m = self.force(v)?;
                 self.zero(&m)?
             }
             Av::Dyn(_) => v.clone(),
@@ -382,8 +387,8 @@ impl Analysis<'_> {
                 Some(f) => f,
                 None => return self.fail(format!("`{}` has no reverse version", q.name())),
             },
-            Av::Zero(of) => {
-                let m = self.force_zero(of)?;
+            Av::Zero(_) | Av::OrZero(..) => {
+                let m = self.force(v)?;
                 self.tag(&m, tag)?
             }
             Av::Dyn(_) => self.map_dyn(v, MapOp::Tag(tag), |s, c| s.tag_callee(c, tag))?,
@@ -481,7 +486,7 @@ impl Analysis<'_> {
                 }
                 _ => Av::Bottom,
             },
-            Av::Zero(_) | Av::Dyn(_) => unreachable!("forced and checked above"),
+            Av::Zero(_) | Av::OrZero(..) | Av::Dyn(_) => unreachable!("forced and checked above"),
         })
     }
 
@@ -654,6 +659,15 @@ impl Analysis<'_> {
         if let Av::Zero(_) = b {
             return Ok(a.clone());
         }
+        // A lazy zero or a value: `b` itself (the zero is the identity), or the sum.
+        if let Av::OrZero(_, x) = a {
+            let s = self.plus(x, b)?;
+            return Ok(b.join(&s, &mut self.boxes));
+        }
+        if let Av::OrZero(_, y) = b {
+            let s = self.plus(a, y)?;
+            return Ok(a.join(&s, &mut self.boxes));
+        }
         Ok(match (a, b) {
             (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b, &mut self.boxes),
@@ -715,7 +729,7 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.szero(e)?),
-            Av::Zero(_) => unreachable!("forced"),
+            Av::Zero(_) | Av::OrZero(..) => unreachable!("forced"),
             // A sensitivity holds no procedures.
             Av::Dyn(_) => Av::dyn_data(),
         })
@@ -816,6 +830,12 @@ impl Analysis<'_> {
             Prim::SZero => self.szero(a)?,
             Prim::ShallowPrimal => self.shallow_primal(a)?,
             Prim::BuildLength | Prim::IfoldCount => a.clone(),
+            // One level of a lazy zero computed, as the evaluator's (an array's); a boxed lazy
+            // sensitivity stays boxed.
+            Prim::Dense => match self.force(a)? {
+                v @ (Av::Array(..) | Av::Dyn(_)) => v,
+                _ => Av::Bottom,
+            },
             Prim::ListToArrayRev => self.list_to_array(a)?,
             // A list of the array's length: boxed.
             Prim::ArrayToListRev => match self.force(a)? {

@@ -179,6 +179,8 @@ pub enum Target {
     ForwardBuild(Box<Target>),
     /// `ifold`: the call of the step procedure.
     Ifold(Box<Target>),
+    /// `%ifold-tape`: the call of the step procedure.
+    IfoldTape(Box<Target>),
     /// A boxed procedure: one of these, chosen by its code at run time.
     Dispatch(Vec<Target>),
     /// Not a procedure: the call is a run-time error.
@@ -793,7 +795,7 @@ impl<'a> Analysis<'a> {
     /// targets of the procedures they call).
     fn prim_t(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
         match p {
-            Prim::IfProcedure | Prim::Build | Prim::Ifold => {
+            Prim::IfProcedure | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
                 let a = self.force_shallow(a)?;
                 self.higher_order(p, &a)
             }
@@ -813,6 +815,7 @@ impl<'a> Analysis<'a> {
                     Target::IfProc(Box::new(Target::Unreachable), Box::new(Target::Unreachable))
                 }
                 Prim::Build => Target::Build(Box::new(Target::Unreachable)),
+                Prim::IfoldTape => Target::IfoldTape(Box::new(Target::Unreachable)),
                 _ => Target::Ifold(Box::new(Target::Unreachable)),
             },
         );
@@ -856,6 +859,46 @@ impl<'a> Analysis<'a> {
                     Av::array(Tags::EMPTY, known_length(&n), elem),
                     Target::Build(Box::new(t)),
                 )
+            }
+            Prim::IfoldTape => {
+                let Some((f, rest)) = two(a) else {
+                    return Ok(none);
+                };
+                let Some((init, n)) = two(&rest) else {
+                    return Ok(none);
+                };
+                if !is_real(&n) {
+                    return Ok(none);
+                }
+                let len = known_length(&n);
+                if n == Av::known_real(0.0) {
+                    let empty = Av::array(Tags::EMPTY, len, Av::Bottom);
+                    return Ok((
+                        Av::pair(init, empty),
+                        Target::IfoldTape(Box::new(Target::Unreachable)),
+                    ));
+                }
+                // As `ifold`, the accumulator a fixpoint over the iterations; each step also
+                // gives an element of the array.
+                let mut acc = init;
+                let mut out = Av::Bottom;
+                loop {
+                    let (r, t) = self.apply_t(&f, &Av::pair(acc.clone(), Av::real()))?;
+                    let r = self.force_shallow(&r)?;
+                    let (next, elem) = two(&r).unwrap_or((Av::Bottom, Av::Bottom));
+                    out = out.join(&elem, &mut self.boxes).bounded(&mut self.boxes);
+                    let grown = acc.join(&next, &mut self.boxes).bounded(&mut self.boxes);
+                    if grown == acc {
+                        // No value if a step never returns (`two` of no pair).
+                        let r = if out == Av::Bottom {
+                            Av::Bottom
+                        } else {
+                            Av::pair(acc, Av::array(Tags::EMPTY, len, out))
+                        };
+                        break (r, Target::IfoldTape(Box::new(t)));
+                    }
+                    acc = grown;
+                }
             }
             _ => {
                 let Some((f, rest)) = two(a) else {
@@ -948,7 +991,9 @@ impl<'a> Analysis<'a> {
                     }))
                 }
             },
-            Prim::IfProcedure | Prim::Build | Prim::Ifold => self.higher_order(p, a)?.0,
+            Prim::IfProcedure | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
+                self.higher_order(p, a)?.0
+            }
             Prim::ReadReal => match a {
                 Av::Nil | Av::Dyn(_) => Av::real(),
                 _ => Av::Bottom,
@@ -1017,7 +1062,7 @@ fn truth(v: &Av) -> Option<bool> {
         Av::Bool(b) => b.map(|b| b),
         Av::Bundle(p, _) => truth(p),
         Av::Tagged(_, x) => truth(x),
-        Av::Bottom | Av::Dyn(_) | Av::Zero(_) => None,
+        Av::Bottom | Av::Dyn(_) | Av::Zero(_) | Av::OrZero(..) => None,
         _ => Some(true),
     }
 }

@@ -73,6 +73,15 @@ pub enum Av {
     Tagged(Tag, Rc<Av>),
     /// The lazy zero sensitivity of a reverse value (the evaluator's `Value::Zero`).
     Zero(Rc<Av>),
+    /// Either the lazy zero sensitivity of a reverse value of the first (`Zero`), or a value
+    /// of the second, which is never itself a lazy zero, boxed or bottom: the join of a lazy
+    /// zero with something else (`Av::or_zero`). Reverse mode makes these everywhere: a
+    /// backpropagator returns a zero for what a branch or the last step of a loop did not use,
+    /// and sensitivities for the rest. Kept apart, the compiled code holds a flag and the two
+    /// alternatives' leaves, where a join boxed them: a lazy zero is the identity of `plus`
+    /// without arithmetic (a sensitivity of -0 added to it stays -0), so it cannot be
+    /// represented by a computed zero.
+    OrZero(Rc<Av>, Rc<Av>),
     /// Some value of any shape, boxed; the procedures inside it are among these callees
     /// (sorted, without repeats; none: there are no procedures).
     Dyn(Rc<[Callee]>),
@@ -139,6 +148,19 @@ impl Av {
         Av::Tagged(tag, Rc::new(v))
     }
 
+    /// The lazy zero of a reverse value of `of`, or a value of `v` (`Av::OrZero`), normalised:
+    /// an alternative that is a lazy zero already merges with the first, a boxed one boxes the
+    /// whole.
+    pub fn or_zero(of: &Av, v: &Av, boxes: &mut Boxes) -> Av {
+        match v {
+            Av::Bottom => Av::Zero(Rc::new(of.clone())),
+            Av::Zero(y) => Av::Zero(Rc::new(of.join(y, boxes))),
+            Av::OrZero(y, w) => Av::OrZero(Rc::new(of.join(y, boxes)), w.clone()),
+            Av::Dyn(_) => Av::Zero(Rc::new(of.clone())).join(v, boxes),
+            _ => Av::OrZero(Rc::new(of.clone()), Rc::new(v.clone())),
+        }
+    }
+
     /// A boxed value holding these procedures.
     pub fn dyn_of(callees: impl IntoIterator<Item = Callee>) -> Av {
         Av::Dyn(callee_set(callees))
@@ -170,6 +192,10 @@ impl Av {
                 boxes.pending.push((*c, env.clone()));
             }
             Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
+            Av::OrZero(z, v) => {
+                z.box_parts(out, boxes);
+                v.box_parts(out, boxes);
+            }
             Av::Dyn(cs) => out.extend(cs.iter().copied()),
             Av::Bottom | Av::Nil | Av::Bool(_) | Av::Real(_) => {}
         }
@@ -200,6 +226,19 @@ impl Av {
             }
             (Av::Tagged(t1, x), Av::Tagged(t2, y)) if t1 == t2 => Av::tagged(*t1, x.join(y, boxes)),
             (Av::Zero(x), Av::Zero(y)) => Av::Zero(Rc::new(x.join(y, boxes))),
+            (Av::OrZero(x, v), Av::OrZero(y, w)) => {
+                let of = x.join(y, boxes);
+                let v = v.join(w, boxes);
+                Av::or_zero(&of, &v, boxes)
+            }
+            // A lazy zero and another value, not boxed (below): the two alternatives kept.
+            (Av::Zero(x), v) | (v, Av::Zero(x)) if !matches!(v, Av::Dyn(_)) => {
+                Av::or_zero(x, v, boxes)
+            }
+            (Av::OrZero(x, v), w) | (w, Av::OrZero(x, v)) if !matches!(w, Av::Dyn(_)) => {
+                let v = v.join(w, boxes);
+                Av::or_zero(x, &v, boxes)
+            }
             (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
                 *c1,
                 e1.iter()
@@ -236,6 +275,9 @@ impl Av {
                 }
             }
             _ => {
+                if std::env::var_os("VLAD_JOIN_DEBUG").is_some() {
+                    eprintln!("join boxes {self:?}\n  with {other:?}");
+                }
                 let mut s = Vec::new();
                 self.box_parts(&mut s, boxes);
                 other.box_parts(&mut s, boxes);
@@ -258,6 +300,7 @@ impl Av {
             Av::Array(t, _, e) => Av::array(*t, None, e.shape()),
             Av::Tagged(t, e) => Av::tagged(*t, e.shape()),
             Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
+            Av::OrZero(z, v) => Av::OrZero(Rc::new(z.shape()), Rc::new(v.shape())),
             _ => self.clone(),
         }
     }
@@ -294,6 +337,7 @@ impl Av {
                 Av::Pair(_, a, b) | Av::Bundle(a, b) => go(a, left) && go(b, left),
                 Av::Closure(_, env) => env.iter().all(|x| go(x, left)),
                 Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
+                Av::OrZero(z, v) => go(z, left) && go(v, left),
                 _ => true,
             }
         }
@@ -355,6 +399,12 @@ impl Av {
                 e.bounded_in(data - 1, n, codes, boxes),
             ),
             Av::Zero(e) => Av::Zero(Rc::new(e.bounded_in(data - 1, n, codes, boxes))),
+            // Not data: its alternatives are bounded as they stand.
+            Av::OrZero(z, v) => {
+                let z = Av::Zero(z.clone()).bounded_in(data, n, codes, boxes);
+                let v = v.bounded_in(data, n, codes, boxes);
+                z.join(&v, boxes)
+            }
             _ => unreachable!("aggregates only"),
         }
     }

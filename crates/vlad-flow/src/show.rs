@@ -82,6 +82,13 @@ impl Analysis<'_> {
                 self.write_av(of, place, s);
                 s.push(')');
             }
+            Av::OrZero(of, x) => {
+                s.push_str("(or (zero-sensitivity-of ");
+                self.write_av(of, place, s);
+                s.push_str(") ");
+                self.write_av(x, place, s);
+                s.push(')');
+            }
             Av::Dyn(callees) => {
                 s.push_str("dyn{");
                 for (i, c) in callees.iter().enumerate() {
@@ -169,6 +176,7 @@ fn show_target(t: &Target) -> String {
         Target::Build(t) => format!("build[{}]", show_target(t)),
         Target::ForwardBuild(t) => format!("forward-build[{}]", show_target(t)),
         Target::Ifold(t) => format!("ifold[{}]", show_target(t)),
+        Target::IfoldTape(t) => format!("ifold-tape[{}]", show_target(t)),
         Target::Dispatch(ts) => format!("dispatch[{}]", list(&ts.iter().collect::<Vec<_>>())),
         Target::NotProcedure => "not-procedure".into(),
         Target::Unreachable => "unreachable".into(),

@@ -170,7 +170,10 @@ impl Target {
                 a.keys(out);
                 b.keys(out);
             }
-            Target::Build(t) | Target::ForwardBuild(t) | Target::Ifold(t) => t.keys(out),
+            Target::Build(t)
+            | Target::ForwardBuild(t)
+            | Target::Ifold(t)
+            | Target::IfoldTape(t) => t.keys(out),
             Target::Dispatch(ts) => {
                 for t in ts {
                     t.keys(out);

@@ -116,6 +116,7 @@ runtime! {
     Nil => "vl_nil_value", [], Boxed, PURE;
     // Reading boxed values.
     Truthy => "vl_truthy", [Ptr], Bool, PURE;
+    DenseArray => "vl_dense_array", [I64, Ptr], Boxed, ALLOC_CHECK;
     /// The real in a boxed value, checked (the evaluator's error naming the primitive).
     ToReal => "vl_to_real", [Ptr, I64, Str], F64, CHECK;
     /// The car of a boxed pair with these tags, checked; `Cdr` of a checked pair.

@@ -84,6 +84,11 @@ impl Lowerer<'_, '_> {
                 }));
             }
             Av::Zero(of) => self.slots(of, out)?,
+            Av::OrZero(of, x) => {
+                out.push(None);
+                self.slots(&Av::Zero(of.clone()), out)?;
+                self.slots(x, out)?;
+            }
         }
         Ok(())
     }
@@ -514,6 +519,107 @@ impl Lowerer<'_, '_> {
         })
     }
 
+    /// `(%ifold-tape f init n)`: `ifold`'s loop, each step's result a pair whose first part is
+    /// the next accumulator and whose second is stored as element `i` of a new flat array
+    /// (the tape the reverse `ifold` sweeps). `out` is the analysis's pair of the accumulator's
+    /// fixpoint and the array.
+    pub(crate) fn ifold_tape(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+        let Some((f, rest)) = self.two(&a, site)? else {
+            return self.unsupported("`%ifold-tape` of an argument that is not a list");
+        };
+        let Some((init, n)) = self.two(&rest, site)? else {
+            return self.unsupported("`%ifold-tape` of an argument that is not a list");
+        };
+        let Some(nx) = Self::real_expr(&n) else {
+            return self.unsupported("`%ifold-tape` whose count is not a real");
+        };
+        let Av::Pair(_, acc_av, arr_av) = out else {
+            return self.unsupported("internal: `%ifold-tape` that gives no pair");
+        };
+        let (acc_av, arr_av) = ((**acc_av).clone(), (**arr_av).clone());
+        let Some(e) = Self::untagged_elem(&arr_av).cloned() else {
+            return self.unsupported("internal: `%ifold-tape` that gives no array");
+        };
+        self.rt_effect(
+            Rt::CheckCount,
+            vec![
+                Operand::I64(site),
+                Operand::Str("ifold".into()),
+                Operand::Str("count".into()),
+                nx.clone(),
+            ],
+        );
+        let init = self.coerce(init, &acc_av)?;
+        let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx));
+        let ty = self.array_ty(&e)?;
+        let Ty::Array(layout) = ty.clone() else {
+            unreachable!("an array type")
+        };
+        let tape = self.let1(
+            ty,
+            Op::NewArray {
+                layout,
+                count: len.clone(),
+            },
+        );
+        if *t == Target::Unreachable {
+            let mut leaves = init.leaves;
+            leaves.push(tape);
+            return Ok(Val {
+                av: out.clone(),
+                leaves,
+            });
+        }
+        let acc_layout = self.layout(&acc_av)?;
+        let accs: Vec<vlad_ir::Var> = acc_layout
+            .iter()
+            .map(|ty| self.b.var(ty.clone(), "t"))
+            .collect();
+        let index = self.b.var(Ty::I64, "i");
+        let acc_leaves: Vec<Operand> = accs.iter().map(|v| Operand::Var(*v)).collect();
+        let step_av = Av::pair(acc_av.clone(), e.clone());
+        let (next, body) = self.block(|s| {
+            let x = s.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, Operand::Var(index)));
+            let mut leaves = acc_leaves.clone();
+            leaves.push(x);
+            let arg = Val {
+                av: Av::pair(acc_av.clone(), Av::real()),
+                leaves,
+            };
+            let r = s.apply(t, f, arg, &step_av, site)?;
+            if r.av == Av::Bottom {
+                // The step never returns: the accumulator stays.
+                return Ok(acc_leaves.clone());
+            }
+            let r = s.coerce(r, &step_av)?;
+            let parts = s.split(&[&acc_av, &e], &r.leaves)?;
+            let slots = s.elem_operands(&e, parts[1].clone())?;
+            for (j, value) in slots.into_iter().enumerate() {
+                s.b.push(Stmt::Store {
+                    array: tape.clone(),
+                    index: Operand::Var(index),
+                    slot: j as u32,
+                    value,
+                });
+            }
+            Ok(parts[0].clone())
+        })?;
+        self.b.push(Stmt::Ifold {
+            accs,
+            init: init.leaves,
+            count: len,
+            index,
+            body,
+            next,
+        });
+        let mut leaves = acc_leaves;
+        leaves.push(tape);
+        Ok(Val {
+            av: out.clone(),
+            leaves,
+        })
+    }
+
     /// `(get a i)`: the index checked against the length (the evaluator's errors), then the
     /// element's leaves read in place. A boxed array, or an index that may not be a real (a
     /// boxed value), is checked at run time, the array first, as the evaluator checks them.
@@ -875,6 +981,21 @@ impl Lowerer<'_, '_> {
 
     /// `(%array->list-rev a)`: the sensitivity of an array made by `build` as the sensitivity
     /// of the list its loop accumulated (boxed).
+    /// `(%dense s)`: the array sensitivity `s` with a lazy zero computed (by `force`), a boxed
+    /// lazy one computed by the runtime, which also reports one that is not an array.
+    pub(crate) fn dense(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
+        let a = self.force(a)?;
+        if *out == Av::Bottom || matches!(a.av, Av::Dyn(_)) {
+            let b = self.boxed_for_display(&a)?;
+            let r = self.rt(Ty::Boxed, Rt::DenseArray, vec![Operand::I64(site), b]);
+            return Ok(Val {
+                av: out.clone(),
+                leaves: if *out == Av::Bottom { vec![] } else { vec![r] },
+            });
+        }
+        Ok(a)
+    }
+
     pub(crate) fn array_to_list_rev(&mut self, a: Val, out: &Av, site: i64) -> R<Val> {
         if *out == Av::Bottom {
             // Not an array: the runtime reports the evaluator's error.
@@ -900,6 +1021,7 @@ fn no_value(a: &Av) -> bool {
         Av::Bottom => true,
         Av::Pair(_, x, y) | Av::Bundle(x, y) => no_value(x) || no_value(y),
         Av::Tagged(_, x) | Av::Zero(x) => no_value(x),
+        Av::OrZero(z, x) => no_value(z) && no_value(x),
         Av::Closure(_, env) => env.iter().any(no_value),
         _ => false,
     }

@@ -65,6 +65,14 @@ impl Lowerer<'_, '_> {
                     self.visit_leaves(of, f)?;
                 }
             }
+            // Which alternative it is (true: the lazy zero), then the leaves of each.
+            Av::OrZero(of, x) => {
+                f(Ty::Bool, av)?;
+                if !static_zero(of) {
+                    self.visit_leaves(of, f)?;
+                }
+                self.visit_leaves(x, f)?;
+            }
             // A flat array (`arrays.rs`), tagged or not: its elements in the layout of their
             // shape.
             Av::Array(_, _, e) => {
@@ -91,8 +99,46 @@ impl Lowerer<'_, '_> {
         Ok(out)
     }
 
+    /// The alternatives of a value of `Av::OrZero`: the test that it is the lazy zero, the lazy
+    /// zero, and the other value (each alternative's leaves hold garbage when it is not the one).
+    pub(crate) fn or_zero_parts(&mut self, v: &Val) -> R<(Operand, Val, Val)> {
+        let Av::OrZero(of, x) = &v.av else {
+            return self.unsupported("internal: the alternatives of a value that has none");
+        };
+        let zero = Av::Zero(of.clone());
+        let parts = self.split(&[&Av::Bool(None), &zero, x], &v.leaves)?;
+        Ok((
+            parts[0][0].clone(),
+            Val {
+                av: zero,
+                leaves: parts[1].clone(),
+            },
+            Val {
+                av: (**x).clone(),
+                leaves: parts[2].clone(),
+            },
+        ))
+    }
+
+    /// A value of `Av::OrZero` converted to `to` (a wider value, or the value an operation
+    /// sees when it forces it): each alternative converted in its own branch, so that the
+    /// leaves of the alternative it is not are never read.
+    fn coerce_or_zero(&mut self, v: &Val, to: &Av) -> R<Vec<Operand>> {
+        let (flag, zero, x) = self.or_zero_parts(v)?;
+        // The zero stays lazy where `to` can hold one (`coerce` forces it otherwise).
+        let r = self.branch(super::Cond::Test(flag), to, |_, then| {
+            Ok(if then { zero.clone() } else { x.clone() })
+        })?;
+        Ok(r.leaves)
+    }
+
     /// A lazy zero computed one level (the evaluator's `force_zero`).
     pub(crate) fn force(&mut self, v: Val) -> R<Val> {
+        if let Av::OrZero(..) = &v.av {
+            let forced = self.an.force_av(&v.av).map_err(flow_error)?;
+            let leaves = self.coerce_or_zero(&v, &forced)?;
+            return Ok(Val { av: forced, leaves });
+        }
         let Av::Zero(of) = &v.av else {
             return Ok(v);
         };
@@ -191,6 +237,27 @@ impl Lowerer<'_, '_> {
             return self.placeholders(to);
         }
         Ok(match (from, to) {
+            // Into a lazy zero or a value: which one it is, then the leaves of both.
+            (Av::OrZero(..), Av::OrZero(..)) | (Av::OrZero(..), Av::Dyn(_)) => {
+                let v = Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                };
+                self.coerce_or_zero(&v, to)?
+            }
+            (Av::Zero(_), Av::OrZero(of, x)) => {
+                let zero = Av::Zero(of.clone());
+                let mut out = vec![Operand::Bool(true)];
+                out.extend(self.coerce_leaves(from, leaves, &zero)?);
+                out.extend(self.placeholders(x)?);
+                out
+            }
+            (_, Av::OrZero(of, x)) if !matches!(from, Av::Dyn(_)) => {
+                let mut out = vec![Operand::Bool(false)];
+                out.extend(self.placeholders(&Av::Zero(of.clone()))?);
+                out.extend(self.coerce_leaves(from, leaves, x)?);
+                out
+            }
             (_, Av::Dyn(_)) => {
                 let b = self.boxed_val(&Val {
                     av: from.clone(),
@@ -405,6 +472,10 @@ impl Lowerer<'_, '_> {
                 return Ok(self.rt(Ty::Boxed, Rt::AsZero, vec![b]));
             }
             Av::Array(t, _, e) => return self.box_array(&v.leaves[0], *t, e),
+            Av::OrZero(..) => {
+                let to = v.av.boxed(&mut vlad_flow::domain::Boxes::default());
+                return Ok(self.coerce_or_zero(v, &to)?.swap_remove(0));
+            }
         };
         Ok(self.rt(Ty::Boxed, rt, args))
     }
@@ -528,6 +599,7 @@ fn small(v: &Av, budget: &mut usize) -> bool {
     match v {
         Av::Pair(_, a, b) | Av::Bundle(a, b) => small(a, budget) && small(b, budget),
         Av::Tagged(_, x) | Av::Zero(x) => small(x, budget),
+        Av::OrZero(z, x) => small(z, budget) && small(x, budget),
         Av::Closure(_, env) => env.iter().all(|x| small(x, budget)),
         _ => true,
     }
@@ -585,6 +657,7 @@ pub(crate) fn has_array(v: &Av) -> bool {
         Av::Pair(_, a, b) | Av::Bundle(a, b) => has_array(a) || has_array(b),
         Av::Closure(_, env) => env.iter().any(has_array),
         Av::Tagged(_, x) | Av::Zero(x) => has_array(x),
+        Av::OrZero(z, x) => has_array(z) || has_array(x),
         _ => false,
     }
 }
@@ -603,7 +676,7 @@ pub(crate) fn has_boxed_part(av: &Av) -> bool {
 /// unknown booleans: zeros keep booleans).
 pub(crate) fn static_zero(of: &Av) -> bool {
     match of {
-        Av::Array(..) | Av::Dyn(_) | Av::Bool(None) => false,
+        Av::Array(..) | Av::Dyn(_) | Av::Bool(None) | Av::OrZero(..) => false,
         Av::Pair(_, a, b) | Av::Bundle(a, b) => static_zero(a) && static_zero(b),
         Av::Closure(_, env) => env.iter().all(static_zero),
         Av::Tagged(_, x) | Av::Zero(x) => static_zero(x),
@@ -624,6 +697,7 @@ fn short(v: &Av) -> &'static str {
         Av::Bundle(..) => "a forward value",
         Av::Tagged(..) => "a tagged value",
         Av::Zero(_) => "a zero sensitivity",
+        Av::OrZero(..) => "a zero sensitivity or a value",
         Av::Dyn(_) => "a boxed value",
     }
 }

@@ -1123,6 +1123,7 @@ impl Lowerer<'_, '_> {
             Target::Build(t) => self.build(t, a, out, site),
             Target::ForwardBuild(t) => self.forward_build(t, a, out, site),
             Target::Ifold(t) => self.ifold(t, a, out, site),
+            Target::IfoldTape(t) => self.ifold_tape(t, a, out, site),
             Target::NotProcedure => {
                 let b = self.boxed_for_display(&f)?;
                 self.fail_not_procedure(site, b);

@@ -2,7 +2,7 @@
 //! as maps over layouts.
 
 use super::layout::{has_array, has_boxed_part};
-use super::{Lowerer, Val, R};
+use super::{Cond, Lowerer, Val, R};
 use vlad_core::{Prim, Tag};
 use vlad_flow::Av;
 use vlad_ir::{BinOp, MapKind, ObjKind, Op, Operand, Rt, Stmt, Ty, UnOp};
@@ -218,6 +218,7 @@ impl Lowerer<'_, '_> {
             Prim::OneHotSens => self.onehot(a, out)?,
             Prim::ListToArrayRev => self.list_to_array_rev(a, out)?,
             Prim::ArrayToListRev => self.array_to_list_rev(a, out, site)?,
+            Prim::Dense => self.dense(a, out, site)?,
             Prim::ArrayLength => {
                 let a = self.force(a)?;
                 self.array_length(a, site)?
@@ -657,6 +658,14 @@ impl Lowerer<'_, '_> {
         if let Av::Zero(_) = b.av {
             return Ok(a.leaves.clone());
         }
+        // A lazy zero or a value: the other operand itself, or the sum (in the layout of what
+        // the analysis gives for the two together).
+        if let Av::OrZero(..) = a.av {
+            return self.plus_or_zero(a, b, false);
+        }
+        if let Av::OrZero(..) = b.av {
+            return self.plus_or_zero(b, a, true);
+        }
         Ok(match (&a.av, &b.av) {
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
                 let (x, y) = (self.boxed_val(a)?, self.boxed_val(b)?);
@@ -697,6 +706,32 @@ impl Lowerer<'_, '_> {
             _ if self.layout(&a.av)?.is_empty() && self.layout(&b.av)?.is_empty() => Vec::new(),
             _ => return self.unsupported("`plus` of unexpected values"),
         })
+    }
+}
+
+impl Lowerer<'_, '_> {
+    /// `(plus z y)` (`(plus y z)` if `swapped`) where `z` may be a lazy zero: `y` if it is,
+    /// else the sum of `y` and the other alternative.
+    fn plus_or_zero(&mut self, z: &Val, y: &Val, swapped: bool) -> R<Vec<Operand>> {
+        let (flag, _, x) = self.or_zero_parts(z)?;
+        let image = |s: &mut Self, u: &Av, w: &Av| -> R<Av> {
+            let (a, b) = if swapped { (w, u) } else { (u, w) };
+            s.prim_result(Prim::Plus, &Av::pair(a.clone(), b.clone()))
+        };
+        let out = image(self, &z.av, &y.av)?;
+        let v = self.branch(Cond::Test(flag), &out, |s, then| {
+            if then {
+                return Ok(y.clone());
+            }
+            let av = image(s, &x.av, &y.av)?;
+            let leaves = if swapped {
+                s.plus(y, &x)?
+            } else {
+                s.plus(&x, y)?
+            };
+            Ok(Val { av, leaves })
+        })?;
+        Ok(v.leaves)
     }
 }
 

@@ -36,6 +36,15 @@ const FORWARD_STRUCTURAL: &str = r#"
 (define %onehot-sensitivity (lambda ((%forward-cons a (%forward-cons k s))) (let ((j (primal k)))
   (bundle (%onehot-sensitivity (primal a) j (primal s))
           (perturb (%onehot-sensitivity (unperturb (tangent a)) j (unperturb (tangent s))))))))
+(define %ifold-tape (lambda ((%forward-cons f (%forward-cons init n)))
+  (let* (((cons acc outs)
+          (%ifold-tape (lambda (acc i)
+                         (let (((%forward-cons next out) (f (%forward-cons acc (bundle i (perturb 0))))))
+                           (cons next out)))
+                       init (primal n)))
+         (m (array-length outs)))
+    (%forward-cons acc (bundle (build m (lambda (k) (primal (get outs k))))
+                               (perturb (build m (lambda (k) (unperturb (tangent (get outs k)))))))))))
 "#;
 
 /// The reverse versions of the primitives that are not differentiable functions of reals (paper
@@ -115,6 +124,57 @@ const REVERSE_STRUCTURAL: &str = r#"
 (define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
   (cons (*j (bundle a t))
         (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
+(define %dense (lambda (x) (let ((p (*j-inverse x)))
+  (cons (*j (%dense p)) (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
+(define build (lambda ((%reverse-cons n f))
+  (let* ((m (*j-inverse (%build-length n)))
+         (tape (build m (lambda (i) (f (*j i))))))
+    (cons (*j (build m (lambda (i) (let (((cons y bp) (get tape i))) (*j-inverse y)))))
+          (lambda (sy)
+            (let ((sy (%dense sy)))
+            (%sensitivity-cons (sensitize '())
+              (%sensitivity-cons (%zero-sensitivity n)
+                (ifold (lambda (fbar k)
+                         (let* ((i (- (- m 1) k))
+                                ((cons y bp) (get tape i))
+                                ((%sensitivity-cons fb ib) (bp (get sy i))))
+                           (plus fbar fb)))
+                       (%zero-sensitivity f) m)))))))))
+(define ifold (lambda ((%reverse-cons f (%reverse-cons init n)))
+  (let* ((m (*j-inverse (%ifold-count n)))
+         ((cons acc tape) (%ifold-tape (lambda (acc i) (f (%reverse-cons acc (*j i)))) init m)))
+    (cons acc
+          (lambda (sy)
+            (let (((cons fbar abar)
+                   (ifold (lambda ((cons fbar abar) k)
+                            (let* (((%sensitivity-cons fb xb) ((get tape (- (- m 1) k)) abar))
+                                   ((%sensitivity-cons ab ib) xb))
+                              (cons (plus fbar fb) ab)))
+                          (cons (%zero-sensitivity f) sy) m)))
+              (%sensitivity-cons (sensitize '())
+                (%sensitivity-cons fbar (%sensitivity-cons abar (%zero-sensitivity n))))))))))
+(define %ifold-tape (lambda ((%reverse-cons f (%reverse-cons init n)))
+  (let* ((m (*j-inverse (%ifold-count n)))
+         ((cons acc tape)
+          (%ifold-tape (lambda (acc i)
+                         (let* (((cons r bp) (f (%reverse-cons acc (*j i))))
+                                ((%reverse-cons next out) r))
+                           (cons next (cons out bp))))
+                       init m)))
+    (cons (%reverse-cons acc (*j (build m (lambda (k) (let (((cons out bp) (get tape k))) (*j-inverse out))))))
+          (lambda (sy)
+            (let* (((%sensitivity-cons sacc souts) sy)
+                   (souts (%dense souts))
+                   ((cons fbar abar)
+                    (ifold (lambda ((cons fbar abar) k)
+                             (let* ((i (- (- m 1) k))
+                                    ((cons out bp) (get tape i))
+                                    ((%sensitivity-cons fb xb) (bp (%sensitivity-cons abar (get souts i))))
+                                    ((%sensitivity-cons ab ib) xb))
+                               (cons (plus fbar fb) ab)))
+                           (cons (%zero-sensitivity f) sacc) m)))
+              (%sensitivity-cons (sensitize '())
+                (%sensitivity-cons fbar (%sensitivity-cons abar (%zero-sensitivity n))))))))))
 "#;
 
 /// `build` and `ifold` (paper 002), defined in VLAD: loops that call the argument procedure in
@@ -133,6 +193,14 @@ pub const ARRAY_DEFINITIONS: &str = r#"
     (letrec ((loop (lambda ((cons acc i))
                      (if (< i m) (loop (cons (f acc i) (+ i 1))) acc))))
       (loop (cons init 0))))))
+(define %ifold-tape (lambda ((cons f (cons init n)))
+  (let ((m (%ifold-count n)))
+    (letrec ((loop (lambda ((cons acc (cons i outs)))
+                     (if (< i m)
+                         (let (((cons next out) (f acc i)))
+                           (loop (cons next (cons (+ i 1) (cons out outs)))))
+                         (cons acc (%list->array-rev outs))))))
+      (loop (cons init (cons 0 '())))))))
 "#;
 
 /// Primitives whose forward version is `j*` of the primitive applied to the primal: the
@@ -174,6 +242,7 @@ pub const REARRANGING: &[Prim] = &[
     Prim::ZeroSensR,
     Prim::SZero,
     Prim::ShallowPrimal,
+    Prim::Dense,
 ];
 
 /// The text of the forward prelude: the derivative rules, the structural versions, and the
@@ -267,16 +336,26 @@ pub fn load(arena: &mut Arena) -> Result<Prelude, String> {
             insert(&mut prelude, prim, tag, lam);
         }
     }
+    // The versions of the primitives defined in VLAD are the transforms of their definitions,
+    // unless the texts above write them out: the reverse `build` and `ifold`, whose transformed
+    // definitions would chain one backpropagator per element into the next (a list that the
+    // compiled code boxes), keep their elements' backpropagators in an array instead (a
+    // `build`, a `%ifold-tape`) and sweep it with an `ifold`; `%ifold-tape`'s versions are
+    // written the same way.
     for (prim, lam) in expand(arena, ARRAY_DEFINITIONS)? {
         prelude.base.insert(prim, lam);
-        let f = arena
-            .transform(lam, Tag::Forward)
-            .map_err(|e| internal(e.to_string()))?;
-        insert(&mut prelude, prim, Tag::Forward, f);
-        let r = arena
-            .reverse_transform(lam, &[], &[])
-            .map_err(|e| internal(e.to_string()))?;
-        insert(&mut prelude, prim, Tag::Reverse, r);
+        if !prelude.forward.contains_key(&prim) {
+            let f = arena
+                .transform(lam, Tag::Forward)
+                .map_err(|e| internal(e.to_string()))?;
+            insert(&mut prelude, prim, Tag::Forward, f);
+        }
+        if !prelude.reverse.contains_key(&prim) {
+            let r = arena
+                .reverse_transform(lam, &[], &[])
+                .map_err(|e| internal(e.to_string()))?;
+            insert(&mut prelude, prim, Tag::Reverse, r);
+        }
     }
     Ok(prelude)
 }
@@ -333,6 +412,6 @@ mod tests {
                 assert_eq!(p.version_of(lam), Some((tag, *prim)));
             }
         }
-        assert_eq!(p.base.len(), 2);
+        assert_eq!(p.base.len(), 3);
     }
 }

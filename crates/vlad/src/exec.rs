@@ -262,6 +262,7 @@ impl<'a> Executor<'a> {
                     (Target::IfProc(..), Value::Prim(q)) => *q == Prim::IfProcedure,
                     (Target::Build(_), Value::Prim(q)) => *q == Prim::Build,
                     (Target::Ifold(_), Value::Prim(q)) => *q == Prim::Ifold,
+                    (Target::IfoldTape(_), Value::Prim(q)) => *q == Prim::IfoldTape,
                     _ => false,
                 });
                 match chosen {
@@ -358,6 +359,26 @@ impl<'a> Executor<'a> {
                     acc = self.finish(v)?;
                 }
                 Ok(Out::Value(acc))
+            }
+            Target::IfoldTape(step) => {
+                let (f, rest) = two(&a, span)?;
+                let (init, n) = two(&rest, span)?;
+                let n = self.ev.apply_primitive(Prim::IfoldCount, n, span)?;
+                let Value::Real(n) = n else {
+                    return Err(internal(span, "a bad count"));
+                };
+                let mut acc = init;
+                let mut outs = Vec::with_capacity(n as usize);
+                for i in 0..n as usize {
+                    let arg = Value::pair(vlad_core::Tags::EMPTY, acc, Value::Real(i as f64));
+                    let v = self.apply(step, f.clone(), arg, span, false)?;
+                    let r = self.finish(v)?;
+                    let (next, out) = two(&r, span)?;
+                    acc = next;
+                    outs.push(out);
+                }
+                let outs = Value::array(vlad_core::Tags::EMPTY, outs);
+                Ok(Out::Value(Value::pair(vlad_core::Tags::EMPTY, acc, outs)))
             }
             Target::NotProcedure => Err(not_procedure(&f, span)),
             Target::Unreachable => Err(internal(span, "a call the analysis found unreachable")),

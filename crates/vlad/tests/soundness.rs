@@ -46,6 +46,10 @@ fn contains(a: &Av, v: &Value, w: &World) -> bool {
         }
         (Av::Tagged(t, x), Value::Tagged(y)) => *t == y.tag && contains(x, &y.value, w),
         (Av::Zero(of), Value::Zero(z)) => contains(of, &z.of, w),
+        // A lazy zero or a value: either alternative.
+        (Av::OrZero(of, x), _) => {
+            matches!(v, Value::Zero(z) if contains(of, &z.of, w)) || contains(x, v, w)
+        }
         _ => false,
     }
 }

@@ -186,6 +186,13 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>) {
         if carried.is_empty() || !carried.iter().all(|&j| tys[j].is_pointer_free_array()) {
             return vec![s];
         }
+        // A step that stores into an array (the tape of `%ifold-tape`) may keep in it what the
+        // step allocated: nothing may be released.
+        let mut stores = false;
+        walk(body, &mut |x| stores |= matches!(x, Stmt::Store { .. }));
+        if stores {
+            return vec![s];
+        }
         let m = fresh_var(vars, Ty::Mark, "m");
         let copies: Vec<Var> = carried
             .iter()
