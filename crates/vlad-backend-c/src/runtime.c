@@ -1136,6 +1136,12 @@ static V vl_list_to_array_rev(V l, int flat) {
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) a->s[i--].v = x->s[0].v;
   return a;
 }
+/* The flat arrays of the accumulators of reverse-mode sweeps (`%accumulate`,
+   crates/vlad-lower/src/accumulate.rs): the array a sweep made to add into in place is marked in
+   `zero` (which flat arrays do not otherwise use), and only a marked array is added into. */
+enum { VL_ACC_MARK = 2 };
+static inline V vl_acc_mark(V a) { a->zero = VL_ACC_MARK; return a; }
+static inline long vl_acc_owned(V a) { return a->kind == VL_FLAT && a->zero == VL_ACC_MARK; }
 /* `%dense`: an array sensitivity computed (the sweep of the reverse `build` reads it an element
    at a time); anything but an array is the evaluator's error. */
 static V vl_dense_array(int site, V a) {

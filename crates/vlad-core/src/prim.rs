@@ -86,6 +86,9 @@ prims! {
     // The value itself, a lazy array sensitivity (or zero) computed: the sweeps of the reverse
     // `build` and `%ifold-tape` read the sensitivity of their array an element at a time.
     Dense => "%dense",
+    // `plus`, for the accumulators of the sweeps of the reverse `build` and `ifold`: compiled
+    // code adds into the accumulator's arrays in place (crates/vlad-lower/src/accumulate.rs).
+    Accumulate => "%accumulate",
 }
 
 impl Prim {
@@ -116,6 +119,7 @@ impl Prim {
                 | Prim::OneHotSens
                 | Prim::IfoldTape
                 | Prim::Dense
+                | Prim::Accumulate
         )
     }
 

@@ -979,7 +979,9 @@ impl Evaluator {
                 let (a, b) = pair("bundle")?;
                 self.bundle(&a, &b, span)
             }
-            Prim::Plus => {
+            // `%accumulate` is `plus` (compiled code adds into its first argument's arrays in
+            // place; the value is the same).
+            Prim::Plus | Prim::Accumulate => {
                 let (a, b) = pair("plus")?;
                 self.plus(&a, &b, span)
             }

@@ -42,7 +42,7 @@ impl Analysis<'_> {
             Av::Closure(c, _) => self.code_tags(*c),
             Av::Bundle(p, _) => self.tags_of(p).push(Tag::Forward).unwrap_or(Tags::EMPTY),
             Av::Tagged(t, x) => self.tags_of(x).push(*t).unwrap_or(Tags::EMPTY),
-            Av::Zero(of) | Av::OrZero(of, _) => self
+            Av::Zero(of) | Av::OrZero(of, _) | Av::OneHot(of, _) => self
                 .tags_of(of)
                 .pop()
                 .push(Tag::Sensitivity)
@@ -69,6 +69,15 @@ impl Analysis<'_> {
                 let z = self.force_zero(of)?;
                 Ok(z.join(x, &mut self.boxes))
             }
+            // The dense array: the element's zero but at the index.
+            Av::OneHot(of, x) => match &**of {
+                Av::Array(t, n, e) => {
+                    let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
+                    let elem = Av::Zero(e.clone()).join(x, &mut self.boxes);
+                    Ok(Av::array(tags, *n, elem))
+                }
+                _ => Ok(v.boxed(&mut self.boxes)),
+            },
             _ => Ok(v.clone()),
         }
     }
@@ -354,7 +363,7 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.zero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.zero(e)?),
-            Av::Zero(_) | Av::OrZero(..) => {
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => {
                 let m = self.force(v)?;
                 self.zero(&m)?
             }
@@ -387,7 +396,7 @@ impl Analysis<'_> {
                 Some(f) => f,
                 None => return self.fail(format!("`{}` has no reverse version", q.name())),
             },
-            Av::Zero(_) | Av::OrZero(..) => {
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => {
                 let m = self.force(v)?;
                 self.tag(&m, tag)?
             }
@@ -486,7 +495,9 @@ impl Analysis<'_> {
                 }
                 _ => Av::Bottom,
             },
-            Av::Zero(_) | Av::OrZero(..) | Av::Dyn(_) => unreachable!("forced and checked above"),
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Dyn(_) => {
+                unreachable!("forced and checked above")
+            }
         })
     }
 
@@ -671,6 +682,12 @@ impl Analysis<'_> {
         Ok(match (a, b) {
             (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b, &mut self.boxes),
+            // A one-hot added to another array sensitivity: a lazy sum, boxed (O(1), where a
+            // dense array would cost the length at every read of straight-line code).
+            (Av::OneHot(..), _) | (_, Av::OneHot(..)) => {
+                let x = a.boxed(&mut self.boxes);
+                x.join(&b.boxed(&mut self.boxes), &mut self.boxes)
+            }
             (Av::Real(Some(x)), Av::Real(Some(y))) => Av::known_real(x.get() + y.get()),
             (Av::Real(_), Av::Real(_)) => Av::real(),
             (Av::Nil, Av::Nil) => Av::Nil,
@@ -703,6 +720,88 @@ impl Analysis<'_> {
         })
     }
 
+    /// `(%accumulate a b)`: `plus`, as compiled code computes it into `a`, the accumulator of
+    /// a sweep: the arrays of a lazy zero accumulator are new dense arrays (`densified`), and
+    /// those of an accumulator that has some are kept, their elements joined with what is
+    /// added to them (a one-hot's element at its index, an array's at each).
+    pub(crate) fn accumulate(&mut self, a: &Av, b: &Av) -> R<Av> {
+        let join = |s: &mut Self, x: Av, y: Av| x.join(&y, &mut s.boxes);
+        Ok(match (a, b) {
+            (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
+            (Av::Zero(_), _) => self.densified(b)?,
+            (Av::OrZero(_, x), _) => {
+                let d = self.densified(b)?;
+                let s = self.accumulate(x, b)?;
+                join(self, d, s)
+            }
+            (_, Av::Zero(_)) => a.clone(),
+            (_, Av::OrZero(_, y)) => {
+                let s = self.accumulate(a, y)?;
+                join(self, a.clone(), s)
+            }
+            (Av::Array(t, n, e), Av::OneHot(..)) if Some(*t) == self.onehot_tags(b) => {
+                let Av::OneHot(_, x) = b else {
+                    unreachable!("matched")
+                };
+                let s = self.plus(e, x)?;
+                Av::array(*t, *n, join(self, (**e).clone(), s))
+            }
+            (Av::Array(t, n, e), Av::Array(u, m, f)) if t == u => {
+                let s = self.plus(e, f)?;
+                Av::array(*t, join_len(*n, *m), join(self, (**e).clone(), s))
+            }
+            (Av::Pair(t, a1, d1), Av::Pair(u, a2, d2)) if t == u => {
+                let (x, y) = (self.accumulate(a1, a2)?, self.accumulate(d1, d2)?);
+                Av::tagged_pair(*t, x, y)
+            }
+            (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => {
+                Av::tagged(*t, self.accumulate(x, y)?)
+            }
+            (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d => {
+                let mut env = Vec::with_capacity(e1.len());
+                for (x, y) in e1.iter().zip(e2.iter()) {
+                    env.push(self.accumulate(x, y)?);
+                }
+                Av::Closure(*c, env.into())
+            }
+            _ => self.plus(a, b)?,
+        })
+    }
+
+    /// The AD tags of the dense array a one-hot sensitivity stands for.
+    fn onehot_tags(&self, v: &Av) -> Option<Tags> {
+        match v {
+            Av::OneHot(of, _) => match &**of {
+                Av::Array(t, ..) => t.pop().push(Tag::Sensitivity),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A sensitivity with its one-hot arrays dense, as `%accumulate` copies what it adds to a
+    /// lazy zero (its arrays are then the accumulator's own, to add into in place).
+    pub fn densified(&mut self, v: &Av) -> R<Av> {
+        Ok(match v {
+            Av::OneHot(..) => {
+                let d = self.force(v)?;
+                self.densified(&d)?
+            }
+            Av::Array(t, n, e) => Av::array(*t, *n, self.densified(e)?),
+            Av::Pair(t, a, d) => {
+                let (x, y) = (self.densified(a)?, self.densified(d)?);
+                Av::tagged_pair(*t, x, y)
+            }
+            Av::Tagged(t, x) => Av::tagged(*t, self.densified(x)?),
+            Av::Closure(c, env) => Av::Closure(*c, self.map_env(env, |s, x| s.densified(x))?),
+            Av::OrZero(z, x) => {
+                let x = self.densified(x)?;
+                Av::or_zero(z, &x, &mut self.boxes)
+            }
+            _ => v.clone(),
+        })
+    }
+
     /// The zero sensitivity (before the sensitivity tag) of a value.
     pub(crate) fn szero(&mut self, v: &Av) -> R<Av> {
         let v = self.force(v)?;
@@ -729,7 +828,7 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.szero(e)?),
-            Av::Zero(_) | Av::OrZero(..) => unreachable!("forced"),
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => unreachable!("forced"),
             // A sensitivity holds no procedures.
             Av::Dyn(_) => Av::dyn_data(),
         })
@@ -826,6 +925,10 @@ impl Analysis<'_> {
                 Some((x, y)) => self.plus(&x, &y)?,
                 None => Av::Bottom,
             },
+            Prim::Accumulate => match pair(self, a)? {
+                Some((x, y)) => self.accumulate(&x, &y)?,
+                None => Av::Bottom,
+            },
             Prim::ZeroSensR => Av::Zero(Rc::new(a.clone())),
             Prim::SZero => self.szero(a)?,
             Prim::ShallowPrimal => self.shallow_primal(a)?,
@@ -852,14 +955,13 @@ impl Analysis<'_> {
                     _ => None,
                 };
                 match parts {
-                    Some((Av::Array(t, n, e), sy)) => {
-                        let tags = t.pop().push(Tag::Sensitivity).expect("same depth");
-                        // Each element is a zero sensitivity or `sy`. The whole is boxed: the
-                        // compiled code keeps it lazy, as the evaluator does (a one-hot node
-                        // in the runtime, O(1) where an array would cost O(n) per `get`).
-                        Av::array(tags, n, Av::Zero(e.clone()).join(&sy, &mut self.boxes))
-                            .boxed(&mut self.boxes)
+                    // A zero element sensitivity gives the array's lazy zero (the evaluator's).
+                    Some((a @ Av::Array(..), Av::Zero(_))) => Av::Zero(Rc::new(a)),
+                    Some((a @ Av::Array(..), Av::OrZero(_, sy))) => {
+                        let one = Av::OneHot(Rc::new(a.clone()), sy);
+                        Av::or_zero(&a, &one, &mut self.boxes)
                     }
+                    Some((a @ Av::Array(..), sy)) => Av::OneHot(Rc::new(a), Rc::new(sy)),
                     Some((d @ Av::Dyn(_), sy)) => d.join(&sy, &mut self.boxes),
                     _ => Av::Bottom,
                 }

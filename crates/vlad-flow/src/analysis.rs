@@ -889,12 +889,9 @@ impl<'a> Analysis<'a> {
                     out = out.join(&elem, &mut self.boxes).bounded(&mut self.boxes);
                     let grown = acc.join(&next, &mut self.boxes).bounded(&mut self.boxes);
                     if grown == acc {
-                        // No value if a step never returns (`two` of no pair).
-                        let r = if out == Av::Bottom {
-                            Av::Bottom
-                        } else {
-                            Av::pair(acc, Av::array(Tags::EMPTY, len, out))
-                        };
+                        // (An array of no elements, if no step returns, is still a value: that
+                        // of a count of 0.)
+                        let r = Av::pair(acc, Av::array(Tags::EMPTY, len, out));
                         break (r, Target::IfoldTape(Box::new(t)));
                     }
                     acc = grown;

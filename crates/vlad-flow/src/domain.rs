@@ -82,6 +82,13 @@ pub enum Av {
     /// without arithmetic (a sensitivity of -0 added to it stays -0), so it cannot be
     /// represented by a computed zero.
     OrZero(Rc<Av>, Rc<Av>),
+    /// The sensitivity of a reverse array of the first (an `Av::Array`) that is zero but at
+    /// one index, where it is a value of the second: what reverse-mode `get` gives its array
+    /// (the evaluator's lazy one-hot `SensArray`). The compiled code holds the array, the index
+    /// and the element's leaves, and a sweep adds it into a dense sensitivity in place
+    /// (`%accumulate`), where an array per read would cost O(n) and a boxed node an
+    /// allocation.
+    OneHot(Rc<Av>, Rc<Av>),
     /// Some value of any shape, boxed; the procedures inside it are among these callees
     /// (sorted, without repeats; none: there are no procedures).
     Dyn(Rc<[Callee]>),
@@ -192,7 +199,7 @@ impl Av {
                 boxes.pending.push((*c, env.clone()));
             }
             Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
-            Av::OrZero(z, v) => {
+            Av::OrZero(z, v) | Av::OneHot(z, v) => {
                 z.box_parts(out, boxes);
                 v.box_parts(out, boxes);
             }
@@ -238,6 +245,15 @@ impl Av {
             (Av::OrZero(x, v), w) | (w, Av::OrZero(x, v)) if !matches!(w, Av::Dyn(_)) => {
                 let v = v.join(w, boxes);
                 Av::or_zero(x, &v, boxes)
+            }
+            (Av::OneHot(x, e), Av::OneHot(y, f)) => {
+                let of = x.join(y, boxes);
+                if !matches!(of, Av::Array(..)) {
+                    return Av::OneHot(x.clone(), e.clone())
+                        .boxed(boxes)
+                        .join(&Av::OneHot(y.clone(), f.clone()).boxed(boxes), boxes);
+                }
+                Av::OneHot(Rc::new(of), Rc::new(e.join(f, boxes)))
             }
             (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
                 *c1,
@@ -301,6 +317,7 @@ impl Av {
             Av::Tagged(t, e) => Av::tagged(*t, e.shape()),
             Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
             Av::OrZero(z, v) => Av::OrZero(Rc::new(z.shape()), Rc::new(v.shape())),
+            Av::OneHot(a, e) => Av::OneHot(Rc::new(a.shape()), Rc::new(e.shape())),
             _ => self.clone(),
         }
     }
@@ -337,7 +354,7 @@ impl Av {
                 Av::Pair(_, a, b) | Av::Bundle(a, b) => go(a, left) && go(b, left),
                 Av::Closure(_, env) => env.iter().all(|x| go(x, left)),
                 Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
-                Av::OrZero(z, v) => go(z, left) && go(v, left),
+                Av::OrZero(z, v) | Av::OneHot(z, v) => go(z, left) && go(v, left),
                 _ => true,
             }
         }
@@ -360,7 +377,7 @@ impl Av {
             _ => {}
         }
         let recursive = match self {
-            Av::Pair(..) | Av::Array(..) | Av::Zero(_) => data == 0,
+            Av::Pair(..) | Av::Array(..) | Av::Zero(_) | Av::OneHot(..) => data == 0,
             Av::Closure(c, _) => codes.iter().filter(|d| *d == c).count() >= MAX_REPEAT,
             _ => false,
         };
@@ -404,6 +421,14 @@ impl Av {
                 let z = Av::Zero(z.clone()).bounded_in(data, n, codes, boxes);
                 let v = v.bounded_in(data, n, codes, boxes);
                 z.join(&v, boxes)
+            }
+            Av::OneHot(a, e) => {
+                let a = a.bounded_in(data, n, codes, boxes);
+                let e = e.bounded_in(data - 1, n, codes, boxes);
+                match a {
+                    Av::Array(..) => Av::OneHot(Rc::new(a), Rc::new(e)),
+                    _ => Av::OneHot(Rc::new(a), Rc::new(e)).boxed(boxes),
+                }
             }
             _ => unreachable!("aggregates only"),
         }

@@ -89,6 +89,13 @@ impl Analysis<'_> {
                 self.write_av(x, place, s);
                 s.push(')');
             }
+            Av::OneHot(of, x) => {
+                s.push_str("(one-hot-sensitivity-of ");
+                self.write_av(of, place, s);
+                s.push(' ');
+                self.write_av(x, place, s);
+                s.push(')');
+            }
             Av::Dyn(callees) => {
                 s.push_str("dyn{");
                 for (i, c) in callees.iter().enumerate() {

@@ -117,6 +117,8 @@ runtime! {
     // Reading boxed values.
     Truthy => "vl_truthy", [Ptr], Bool, PURE;
     DenseArray => "vl_dense_array", [I64, Ptr], Boxed, ALLOC_CHECK;
+    AccOwned => "vl_acc_owned", [Ptr], Bool, PURE;
+    AccMark => "vl_acc_mark", [Ptr], Ptr, PURE;
     /// The real in a boxed value, checked (the evaluator's error naming the primitive).
     ToReal => "vl_to_real", [Ptr, I64, Str], F64, CHECK;
     /// The car of a boxed pair with these tags, checked; `Cdr` of a checked pair.

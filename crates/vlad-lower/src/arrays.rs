@@ -31,7 +31,7 @@
 //! `perturb` of an array of reals costs nothing). `bundle` and `plus` check the lengths with the
 //! evaluator's message.
 
-use super::{flow_error, layout::static_zero, Lowerer, Val, R};
+use super::{flow_error, layout::static_zero, Cond, Lowerer, Val, R};
 use std::rc::Rc;
 use vlad_core::{Datum, Tags};
 use vlad_flow::analysis::datum_av;
@@ -89,6 +89,11 @@ impl Lowerer<'_, '_> {
                 self.slots(&Av::Zero(of.clone()), out)?;
                 self.slots(x, out)?;
             }
+            Av::OneHot(of, x) => {
+                self.slots(of, out)?;
+                out.push(None);
+                self.slots(x, out)?;
+            }
         }
         Ok(())
     }
@@ -113,7 +118,7 @@ impl Lowerer<'_, '_> {
     }
 
     /// The leaves of element `index`, of value `e`, of flat array `arr`.
-    fn flat_elem(&mut self, arr: &Operand, index: &Operand, e: &Av) -> R<Vec<Operand>> {
+    pub(crate) fn flat_elem(&mut self, arr: &Operand, index: &Operand, e: &Av) -> R<Vec<Operand>> {
         let (slots, layout) = self.elem_slots(e)?;
         let mut out = Vec::new();
         for (j, (x, ty)) in slots.iter().zip(layout).enumerate() {
@@ -132,7 +137,7 @@ impl Lowerer<'_, '_> {
     }
 
     /// The slots stored for an element of value `e` whose leaves are `leaves`.
-    fn elem_operands(&self, e: &Av, leaves: Vec<Operand>) -> R<Vec<Operand>> {
+    pub(crate) fn elem_operands(&self, e: &Av, leaves: Vec<Operand>) -> R<Vec<Operand>> {
         let (slots, _) = self.elem_slots(e)?;
         let mut leaves = leaves.into_iter();
         let mut out = Vec::with_capacity(slots.len());
@@ -238,7 +243,7 @@ impl Lowerer<'_, '_> {
 
     /// A new flat array of `n` elements of value `to`, element `i` the leaves `elem` gives (a
     /// `build` over `i`).
-    fn flat_loop(
+    pub(crate) fn flat_loop(
         &mut self,
         n: &Operand,
         to: &Av,
@@ -286,15 +291,7 @@ impl Lowerer<'_, '_> {
         let (xa, ya) = (x.leaves[0].clone(), y.leaves[0].clone());
         let n = self.let1(Ty::I64, Op::Length(xa.clone()));
         let m = self.let1(Ty::I64, Op::Length(ya.clone()));
-        let differ = self.let1(Ty::Bool, Op::Binary(BinOp::INe, m.clone(), n.clone()));
-        self.b.push(Stmt::If {
-            cond: differ,
-            then: vec![Stmt::Let(
-                Vec::new(),
-                Op::Rt(Rt::LengthFail, vec![Operand::Str(op.into()), n.clone(), m]),
-            )],
-            els: Vec::new(),
-        });
+        self.lengths_agree(op, &n, &m);
         self.flat_loop(&n, to, |s, i| {
             let a = s.flat_elem(&xa, i, xe)?;
             let b = s.flat_elem(&ya, i, ye)?;
@@ -310,6 +307,23 @@ impl Lowerer<'_, '_> {
                 },
             )
         })
+    }
+
+    /// Fails as the evaluator does where two arrays an element-wise operation `op` takes have
+    /// different lengths `n` and `m`.
+    pub(crate) fn lengths_agree(&mut self, op: &str, n: &Operand, m: &Operand) {
+        let differ = self.let1(Ty::Bool, Op::Binary(BinOp::INe, m.clone(), n.clone()));
+        self.b.push(Stmt::If {
+            cond: differ,
+            then: vec![Stmt::Let(
+                Vec::new(),
+                Op::Rt(
+                    Rt::LengthFail,
+                    vec![Operand::Str(op.into()), n.clone(), m.clone()],
+                ),
+            )],
+            els: Vec::new(),
+        });
     }
 
     /// The image of an element value under the AD map `kind`.
@@ -534,6 +548,9 @@ impl Lowerer<'_, '_> {
             return self.unsupported("`%ifold-tape` whose count is not a real");
         };
         let Av::Pair(_, acc_av, arr_av) = out else {
+            if std::env::var_os("VLAD_C_DEBUG").is_some() {
+                eprintln!("%ifold-tape gives {out:?}");
+            }
             return self.unsupported("internal: `%ifold-tape` that gives no pair");
         };
         let (acc_av, arr_av) = ((**acc_av).clone(), (**arr_av).clone());
@@ -871,9 +888,6 @@ impl Lowerer<'_, '_> {
         if *out == Av::Bottom {
             return Ok(Val::known(Av::Bottom));
         }
-        let Av::Dyn(_) = out else {
-            return self.unsupported("internal: a one-hot sensitivity that is not boxed");
-        };
         let Some((arr, rest)) = self.two(&a, -1)? else {
             return self.unsupported("internal: `%onehot-sensitivity` of a non-pair");
         };
@@ -882,9 +896,50 @@ impl Lowerer<'_, '_> {
         };
         // The index `get` checked (a boxed one is a real too).
         let ix = self.index_expr(&k, -1)?;
-        let s = self.boxed_val(&s)?;
+        if let Av::Dyn(_) = out {
+            let s = self.boxed_val(&s)?;
+            let k = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, ix));
+            return Ok(Val {
+                av: out.clone(),
+                leaves: vec![self.onehot_node(&arr, k, s)?],
+            });
+        }
+        // Unboxed (`Av::OneHot`): the array, the index and the element's sensitivity, in the
+        // layout of what the analysis found (the array's lazy zero where the element's is one).
+        let zero = Val {
+            av: Av::Zero(Rc::new(arr.av.clone())),
+            leaves: arr.leaves.clone(),
+        };
+        let onehot = |s: Val| {
+            let mut leaves = arr.leaves.clone();
+            leaves.push(ix.clone());
+            leaves.extend(s.leaves);
+            Val {
+                av: Av::OneHot(Rc::new(arr.av.clone()), Rc::new(s.av)),
+                leaves,
+            }
+        };
+        let v = match &s.av {
+            Av::Zero(_) => zero,
+            Av::OrZero(..) => {
+                let (flag, _, x) = self.or_zero_parts(&s)?;
+                self.branch(Cond::Test(flag), out, |_, then| {
+                    Ok(if then {
+                        zero.clone()
+                    } else {
+                        onehot(x.clone())
+                    })
+                })?
+            }
+            _ => onehot(s),
+        };
+        self.coerce(v, out)
+    }
+
+    /// The runtime's lazy one-hot node (`vl_onehot`) of the reverse array `arr`, `s` (boxed)
+    /// at index `k`.
+    pub(crate) fn onehot_node(&mut self, arr: &Val, k: Operand, s: Operand) -> R<Operand> {
         self.map_kinds.insert(vlad_ir::MapKind::ZeroSensitivity);
-        let k = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, ix));
         let args = match &arr.av {
             Av::Dyn(_) => vec![
                 arr.leaves[0].clone(),
@@ -908,10 +963,7 @@ impl Lowerer<'_, '_> {
             }
             _ => return self.unsupported("internal: a one-hot sensitivity of a non-array"),
         };
-        Ok(Val {
-            av: out.clone(),
-            leaves: vec![self.rt(Ty::Boxed, Rt::OneHot, args)],
-        })
+        Ok(self.rt(Ty::Boxed, Rt::OneHot, args))
     }
 
     /// `(%list->array-rev l)`: the list `build`'s loop accumulated, last element first, as an
@@ -1022,6 +1074,7 @@ fn no_value(a: &Av) -> bool {
         Av::Pair(_, x, y) | Av::Bundle(x, y) => no_value(x) || no_value(y),
         Av::Tagged(_, x) | Av::Zero(x) => no_value(x),
         Av::OrZero(z, x) => no_value(z) && no_value(x),
+        Av::OneHot(_, x) => no_value(x),
         Av::Closure(_, env) => env.iter().any(no_value),
         _ => false,
     }

@@ -65,6 +65,12 @@ impl Lowerer<'_, '_> {
                     self.visit_leaves(of, f)?;
                 }
             }
+            // The reverse array, the index, the element's sensitivity.
+            Av::OneHot(of, x) => {
+                self.visit_leaves(of, f)?;
+                f(Ty::F64, av)?;
+                self.visit_leaves(x, f)?;
+            }
             // Which alternative it is (true: the lazy zero), then the leaves of each.
             Av::OrZero(of, x) => {
                 f(Ty::Bool, av)?;
@@ -134,6 +140,9 @@ impl Lowerer<'_, '_> {
 
     /// A lazy zero computed one level (the evaluator's `force_zero`).
     pub(crate) fn force(&mut self, v: Val) -> R<Val> {
+        if let Av::OneHot(..) = &v.av {
+            return self.materialize_onehot(&v, false);
+        }
         if let Av::OrZero(..) = &v.av {
             let forced = self.an.force_av(&v.av).map_err(flow_error)?;
             let leaves = self.coerce_or_zero(&v, &forced)?;
@@ -245,6 +254,21 @@ impl Lowerer<'_, '_> {
                 };
                 self.coerce_or_zero(&v, to)?
             }
+            (Av::OneHot(a, x), Av::OneHot(b, y)) => {
+                let parts = self.split(&[a, &Av::real(), x], leaves)?;
+                let mut out = self.coerce_leaves(a, &parts[0], b)?;
+                out.extend(parts[1].clone());
+                out.extend(self.coerce_leaves(x, &parts[2], y)?);
+                out
+            }
+            (Av::OneHot(..), Av::Array(..)) => {
+                let v = Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                };
+                let d = self.materialize_onehot(&v, false)?;
+                self.coerce_leaves(&d.av, &d.leaves, to)?
+            }
             (Av::Zero(_), Av::OrZero(of, x)) => {
                 let zero = Av::Zero(of.clone());
                 let mut out = vec![Operand::Bool(true)];
@@ -314,6 +338,9 @@ impl Lowerer<'_, '_> {
             _ => {
                 if std::env::var_os("VLAD_C_DEBUG").is_some() {
                     eprintln!("coerce {from:?}\n  to {to:?}");
+                    if std::env::var_os("VLAD_C_PANIC").is_some() {
+                        panic!("here");
+                    }
                 }
                 return self.unsupported(format!(
                     "a value that changes layout ({} to {})",
@@ -476,6 +503,7 @@ impl Lowerer<'_, '_> {
                 let to = v.av.boxed(&mut vlad_flow::domain::Boxes::default());
                 return Ok(self.coerce_or_zero(v, &to)?.swap_remove(0));
             }
+            Av::OneHot(..) => return self.box_onehot(v),
         };
         Ok(self.rt(Ty::Boxed, rt, args))
     }
@@ -599,7 +627,7 @@ fn small(v: &Av, budget: &mut usize) -> bool {
     match v {
         Av::Pair(_, a, b) | Av::Bundle(a, b) => small(a, budget) && small(b, budget),
         Av::Tagged(_, x) | Av::Zero(x) => small(x, budget),
-        Av::OrZero(z, x) => small(z, budget) && small(x, budget),
+        Av::OrZero(z, x) | Av::OneHot(z, x) => small(z, budget) && small(x, budget),
         Av::Closure(_, env) => env.iter().all(|x| small(x, budget)),
         _ => true,
     }
@@ -658,6 +686,7 @@ pub(crate) fn has_array(v: &Av) -> bool {
         Av::Closure(_, env) => env.iter().any(has_array),
         Av::Tagged(_, x) | Av::Zero(x) => has_array(x),
         Av::OrZero(z, x) => has_array(z) || has_array(x),
+        Av::OneHot(..) => true,
         _ => false,
     }
 }
@@ -676,7 +705,7 @@ pub(crate) fn has_boxed_part(av: &Av) -> bool {
 /// unknown booleans: zeros keep booleans).
 pub(crate) fn static_zero(of: &Av) -> bool {
     match of {
-        Av::Array(..) | Av::Dyn(_) | Av::Bool(None) | Av::OrZero(..) => false,
+        Av::Array(..) | Av::Dyn(_) | Av::Bool(None) | Av::OrZero(..) | Av::OneHot(..) => false,
         Av::Pair(_, a, b) | Av::Bundle(a, b) => static_zero(a) && static_zero(b),
         Av::Closure(_, env) => env.iter().all(static_zero),
         Av::Tagged(_, x) | Av::Zero(x) => static_zero(x),
@@ -698,6 +727,7 @@ fn short(v: &Av) -> &'static str {
         Av::Tagged(..) => "a tagged value",
         Av::Zero(_) => "a zero sensitivity",
         Av::OrZero(..) => "a zero sensitivity or a value",
+        Av::OneHot(..) => "a one-hot sensitivity",
         Av::Dyn(_) => "a boxed value",
     }
 }

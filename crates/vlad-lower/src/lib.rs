@@ -28,6 +28,7 @@
 //! Architecture invariant: the lowering never changes the analysis's answer; where it cannot
 //! represent something it refuses.
 
+mod accumulate;
 mod arrays;
 mod layout;
 mod maps;

@@ -306,6 +306,12 @@ impl Lowerer<'_, '_> {
                 };
                 self.plus(&x, &y)?
             }
+            Prim::Accumulate => {
+                let Some((x, y)) = self.two_raw(&a, -1)? else {
+                    return self.unsupported("internal: `%accumulate` of a non-pair");
+                };
+                self.accumulate(&x, &y)?.leaves
+            }
             _ => return self.unsupported(format!("the primitive `{}`", p.name())),
         };
         // An array's leaf is one pointer whatever its element value: the maps above give the
@@ -349,7 +355,7 @@ impl Lowerer<'_, '_> {
             Prim::Primal | Prim::Tangent => {
                 (Rt::AdSplit, vec![Operand::I64((p == Prim::Tangent) as i64)])
             }
-            Prim::Plus | Prim::Bundle => {
+            Prim::Plus | Prim::Bundle | Prim::Accumulate => {
                 let Some((x, y)) = self.two_raw(&a, -1)? else {
                     return self.unsupported(format!("`{}` applied where it fails", p.name()));
                 };
@@ -369,7 +375,7 @@ impl Lowerer<'_, '_> {
                     self.rt_effect(Rt::ShapeFail, vec![Operand::Str(p.name().into()), bx, by]);
                     return Ok(Val::known(Av::Bottom));
                 }
-                let rt = if p == Prim::Plus {
+                let rt = if p != Prim::Bundle {
                     Rt::AdPlus
                 } else {
                     Rt::AdBundle
@@ -667,7 +673,8 @@ impl Lowerer<'_, '_> {
             return self.plus_or_zero(b, a, true);
         }
         Ok(match (&a.av, &b.av) {
-            (Av::Dyn(_), _) | (_, Av::Dyn(_)) => {
+            // A one-hot and another array sensitivity: boxed, a lazy sum (the analysis's).
+            (Av::Dyn(_), _) | (_, Av::Dyn(_)) | (Av::OneHot(..), _) | (_, Av::OneHot(..)) => {
                 let (x, y) = (self.boxed_val(a)?, self.boxed_val(b)?);
                 vec![self.rt(Ty::Boxed, Rt::AdPlus, vec![x, y])]
             }

@@ -124,6 +124,8 @@ const REVERSE_STRUCTURAL: &str = r#"
 (define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
   (cons (*j (bundle a t))
         (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))
+(define %accumulate (lambda (x) (let (((cons a b) (*j-inverse x)))
+  (cons (*j (%accumulate a b)) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons s s)))))))))
 (define %dense (lambda (x) (let ((p (*j-inverse x)))
   (cons (*j (%dense p)) (lambda (sy) (sensitize (cons '() (unsensitize sy))))))))
 (define build (lambda ((%reverse-cons n f))
@@ -138,7 +140,7 @@ const REVERSE_STRUCTURAL: &str = r#"
                          (let* ((i (- (- m 1) k))
                                 ((cons y bp) (get tape i))
                                 ((%sensitivity-cons fb ib) (bp (get sy i))))
-                           (plus fbar fb)))
+                           (%accumulate fbar fb)))
                        (%zero-sensitivity f) m)))))))))
 (define ifold (lambda ((%reverse-cons f (%reverse-cons init n)))
   (let* ((m (*j-inverse (%ifold-count n)))
@@ -149,7 +151,7 @@ const REVERSE_STRUCTURAL: &str = r#"
                    (ifold (lambda ((cons fbar abar) k)
                             (let* (((%sensitivity-cons fb xb) ((get tape (- (- m 1) k)) abar))
                                    ((%sensitivity-cons ab ib) xb))
-                              (cons (plus fbar fb) ab)))
+                              (cons (%accumulate fbar fb) ab)))
                           (cons (%zero-sensitivity f) sy) m)))
               (%sensitivity-cons (sensitize '())
                 (%sensitivity-cons fbar (%sensitivity-cons abar (%zero-sensitivity n))))))))))
@@ -171,7 +173,7 @@ const REVERSE_STRUCTURAL: &str = r#"
                                     ((cons out bp) (get tape i))
                                     ((%sensitivity-cons fb xb) (bp (%sensitivity-cons abar (get souts i))))
                                     ((%sensitivity-cons ab ib) xb))
-                               (cons (plus fbar fb) ab)))
+                               (cons (%accumulate fbar fb) ab)))
                            (cons (%zero-sensitivity f) sacc) m)))
               (%sensitivity-cons (sensitize '())
                 (%sensitivity-cons fbar (%sensitivity-cons abar (%zero-sensitivity n))))))))))
@@ -243,6 +245,7 @@ pub const REARRANGING: &[Prim] = &[
     Prim::SZero,
     Prim::ShallowPrimal,
     Prim::Dense,
+    Prim::Accumulate,
 ];
 
 /// The text of the forward prelude: the derivative rules, the structural versions, and the

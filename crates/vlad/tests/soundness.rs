@@ -41,6 +41,9 @@ fn contains(a: &Av, v: &Value, w: &World) -> bool {
         }
         // A lazy array sensitivity: its shape only.
         (Av::Array(t, ..), Value::SensArray(arr)) => arr.tags == *t,
+        (Av::OneHot(of, _), Value::SensArray(arr)) => {
+            matches!(&**of, Av::Array(t, ..) if t.pop().push(vlad_core::Tag::Sensitivity) == Some(arr.tags))
+        }
         (Av::Bundle(p, t), Value::Bundle(b)) => {
             contains(p, &b.primal, w) && contains(t, &b.tangent, w)
         }

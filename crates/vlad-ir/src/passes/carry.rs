@@ -21,12 +21,16 @@
 //! keeping the accumulator's arrays, copied down.
 
 use crate::ir::*;
+use std::collections::HashSet;
 
 pub fn run(p: &mut Program) {
     let alloc = super::marks::allocating(p);
     // What a global holds must outlive the function that stored it (the constants'
     // initialisation, and the entry point that calls it): no release there.
     let globals = super::marks::setting_globals(p);
+    // A step that adds into its accumulator's arrays in place keeps them where they are:
+    // copying them down would cost their length at every step.
+    let accumulating = super::marks::accumulating(p);
     let params: Vec<Vec<Ty>> = p
         .funcs
         .iter()
@@ -38,7 +42,7 @@ pub fn run(p: &mut Program) {
             release_before_tail_calls(f, id, &params);
         }
         let mut vars = std::mem::take(&mut f.vars);
-        carry_ifolds(&mut f.body, &mut vars);
+        carry_ifolds(&mut f.body, &mut vars, &accumulating);
         f.vars = vars;
     }
 }
@@ -173,7 +177,7 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>]) {
 
 /// Marks and copying releases for the `ifold`s whose accumulators' pointers are all flat
 /// arrays without pointers.
-fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>) {
+fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashSet<FuncId>) {
     flat_map(block, &mut |mut s| {
         let Stmt::Ifold {
             accs, body, next, ..
@@ -187,10 +191,11 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>) {
             return vec![s];
         }
         // A step that stores into an array (the tape of `%ifold-tape`) may keep in it what the
-        // step allocated: nothing may be released.
-        let mut stores = false;
-        walk(body, &mut |x| stores |= matches!(x, Stmt::Store { .. }));
-        if stores {
+        // step allocated: nothing may be released. One that accumulates in place must not
+        // move its accumulator.
+        let mut keep = false;
+        walk(body, &mut |x| keep |= matches!(x, Stmt::Store { .. }));
+        if keep || callees(body).iter().any(|c| accumulating.contains(c)) {
             return vec![s];
         }
         let m = fresh_var(vars, Ty::Mark, "m");

@@ -37,6 +37,18 @@ pub fn setting_globals(p: &Program) -> HashSet<FuncId> {
     })
 }
 
+/// The functions that add into an array in place (`%accumulate`, whose code asks the runtime
+/// whether the array is its own: `vl_acc_owned`), and those that call one of them.
+pub fn accumulating(p: &Program) -> HashSet<FuncId> {
+    closure_over_callers(p, |f| {
+        let mut yes = false;
+        walk(&f.body, &mut |s| {
+            yes |= matches!(s, Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)))
+        });
+        yes
+    })
+}
+
 /// The functions for which `own` holds, and those that call one of them.
 fn closure_over_callers(p: &Program, own: impl Fn(&Function) -> bool) -> HashSet<FuncId> {
     let calls: Vec<Vec<FuncId>> = p.funcs.iter().map(|f| callees(&f.body)).collect();
