@@ -189,6 +189,7 @@ const SPECIALISED: &[&str] = &[
     "tests/array/forward.vlad",
     "tests/array/property.vlad",
     "tests/array/reverse.vlad",
+    "tests/array/reverse-tape.vlad",
     "examples/array-calculus.vlad",
     "examples/bundle-adjustment.vlad",
     "examples/even-odd.vlad",

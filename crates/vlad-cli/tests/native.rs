@@ -47,6 +47,7 @@ const NATIVE: &[&str] = &[
     "tests/array/compiled.vlad",
     "tests/array/forward.vlad",
     "tests/array/reverse.vlad",
+    "tests/array/reverse-tape.vlad",
     "tests/conformance/errors.vlad",
     "tests/conformance/io.vlad",
     "tests/conformance/patterns.vlad",
@@ -732,6 +733,51 @@ fn loops_carrying_arrays_run_in_constant_memory() {
             .unwrap_or_else(|| panic!("mode {mode}: no arena statistics in {stderr:?}"));
         assert!(chunks <= 2, "mode {mode}: {chunks} arena chunks: {stderr}");
     }
+}
+
+/// Reverse mode through `build` and `ifold` keeps one backpropagator per element in an array
+/// (a tape) and adds what each gives into a dense sensitivity in place, so that the gradient of
+/// a sum over n elements takes memory linear in n with a small constant: 200,000 elements in at
+/// most three of the arena's 16 MB chunks (the backpropagators chained one into the next and
+/// lazy one-hot nodes took 17), and prints what the evaluator prints.
+#[test]
+fn reverse_sweeps_over_arrays_take_linear_memory() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "sweep.vlad",
+        "(define (vsum v) (ifold (lambda (s i) (+ s (get v i))) 0 (array-length v)))\n\
+         (define (lse v) (log (vsum (build (array-length v) (lambda (i) (exp (get v i)))))))\n\
+         (define (grad-R f x)\n\
+           (let* (((cons y bp) ((*j f) (*j x))) ((cons fbar xbar) (unsensitize (bp (sensitize 1))))) xbar))\n\
+         (let* ((n (read-real)) (g (grad-R lse (build n (lambda (i) (sin i))))))\n\
+           (list (get g 0) (get g (- n 1)) (vsum g)))\n",
+    );
+    let small = "50\n";
+    let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], small);
+    let eval = vlad_with_input(&root, cache.path(), &[], &["run", "--interp", &file], small);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(
+        native.status.success() && !stderr.contains("not compiled"),
+        "{stderr}"
+    );
+    let (n, e) = (
+        String::from_utf8_lossy(&native.stdout),
+        String::from_utf8_lossy(&eval.stdout),
+    );
+    assert!(same_output(&n, &e), "native {n} evaluator {e}");
+    let big = vlad_with_input(&root, cache.path(), &[], &["run", &file], "200000\n");
+    let stderr = String::from_utf8_lossy(&big.stderr);
+    assert!(big.status.success(), "{stderr}");
+    let chunks: usize = stderr
+        .split("vlad: arena: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    assert!(chunks <= 3, "{chunks} arena chunks: {stderr}");
 }
 
 /// `vlad compile --emit flow` and `--emit ir` stop at the analysis time limit, as `vlad run`
