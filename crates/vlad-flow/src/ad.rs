@@ -69,6 +69,17 @@ impl Analysis<'_> {
                 let z = self.force_zero(of)?;
                 Ok(z.join(x, &mut self.boxes))
             }
+            // A perturbed one-hot (see `tag`): the perturbation array.
+            Av::Tagged(Tag::Perturbation, x) if matches!(**x, Av::OneHot(..)) => {
+                let d = self.force(x)?;
+                self.tag(&d, Tag::Perturbation)
+            }
+            // A forward one-hot kept as the bundle of two (see `bundle`): the forward array.
+            Av::Bundle(p, t) if is_onehot_bundle(p, t) => {
+                let p = self.force(p)?;
+                let t = self.force(t)?;
+                self.bundle(&p, &t)
+            }
             // The dense array: the element's zero but at the index.
             Av::OneHot(of, x) => match &**of {
                 Av::Array(t, n, e) => {
@@ -379,6 +390,9 @@ impl Analysis<'_> {
         }
         Ok(match v {
             Av::Bottom => Av::Bottom,
+            // A one-hot perturbed (the forward version of a reverse `get`'s backpropagator
+            // perturbs its tangent): kept, to be bundled with its primal (`bundle`).
+            Av::OneHot(..) if tag == Tag::Perturbation => Av::tagged(tag, v.clone()),
             Av::Pair(t, a, d) => {
                 let (a, d) = (self.tag(a, tag)?, self.tag(d, tag)?);
                 Av::tagged_pair(t.push(tag).expect("depth checked"), a, d)
@@ -407,6 +421,11 @@ impl Analysis<'_> {
 
     /// `unperturb`, `unsensitize`, `*j-inverse`: remove the outermost tag (bottom: an error).
     pub(crate) fn untag(&mut self, v: &Av, tag: Tag) -> R<Av> {
+        if let Av::Tagged(t, x) = v {
+            if *t == tag && matches!(**x, Av::OneHot(..)) {
+                return Ok((**x).clone());
+            }
+        }
         let v = self.force(v)?;
         Ok(match &v {
             Av::Tagged(t, x) if *t == tag => (**x).clone(),
@@ -434,6 +453,13 @@ impl Analysis<'_> {
     }
 
     pub(crate) fn bundle(&mut self, p: &Av, t: &Av) -> R<Av> {
+        // Two one-hot sensitivities (what the forward version of a reverse `get`'s
+        // backpropagator gives): kept as they are, so that the forward version of a sweep
+        // takes them apart again (`primal`, `tangent`) for nothing, where the forward array
+        // they stand for costs its length.
+        if is_onehot_bundle(p, t) {
+            return Ok(Av::bundle(p.clone(), t.clone()));
+        }
         let p = self.force(p)?;
         let t = self.force(t)?;
         if matches!(p, Av::Dyn(_)) || matches!(t, Av::Dyn(_)) {
@@ -596,6 +622,15 @@ impl Analysis<'_> {
 
     /// `primal` (`tangent == false`) or `tangent` of a forward value.
     pub(crate) fn split(&mut self, v: &Av, tangent: bool) -> R<Av> {
+        if let Av::Bundle(p, t) = v {
+            if is_onehot_bundle(p, t) {
+                return Ok(if tangent {
+                    (**t).clone()
+                } else {
+                    (**p).clone()
+                });
+            }
+        }
         let v = self.force(v)?;
         Ok(match &v {
             Av::Bundle(p, t) => {
@@ -1004,6 +1039,13 @@ impl Analysis<'_> {
         }
         Ok(Av::array(tags, len, elem))
     }
+}
+
+/// A bundle of two one-hot sensitivities (a primal and a tangent), which `bundle` keeps as it
+/// is (`Av::Bundle` of them: a forward array sensitivity, zero but at one index of each).
+pub fn is_onehot_bundle(p: &Av, t: &Av) -> bool {
+    matches!(p, Av::OneHot(..))
+        && matches!(t, Av::Tagged(Tag::Perturbation, x) if matches!(**x, Av::OneHot(..)))
 }
 
 /// Can `t` (untagged) be the tangent of the scalar `p`? A boxed part may be anything, so it

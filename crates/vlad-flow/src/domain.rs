@@ -291,9 +291,6 @@ impl Av {
                 }
             }
             _ => {
-                if std::env::var_os("VLAD_JOIN_DEBUG").is_some() {
-                    eprintln!("join boxes {self:?}\n  with {other:?}");
-                }
                 let mut s = Vec::new();
                 self.box_parts(&mut s, boxes);
                 other.box_parts(&mut s, boxes);

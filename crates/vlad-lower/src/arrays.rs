@@ -57,7 +57,13 @@ impl Lowerer<'_, '_> {
         match e {
             Av::Real(Some(x)) => out.push(Some(Operand::F64(x.get()))),
             Av::Bool(Some(b)) => out.push(Some(Operand::Bool(*b))),
-            Av::Real(None) | Av::Bool(None) | Av::Array(..) | Av::Dyn(_) => out.push(None),
+            Av::Real(None) | Av::Bool(None) | Av::Dyn(_) => out.push(None),
+            // An array is a pointer, a forward one two or more (`soa.rs`).
+            Av::Array(..) => {
+                for _ in self.layout(e)? {
+                    out.push(None);
+                }
+            }
             Av::Bottom | Av::Nil | Av::Prim(_) => {}
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
                 self.slots(a, out)?;
@@ -113,7 +119,7 @@ impl Lowerer<'_, '_> {
     }
 
     /// The flat array type of arrays of `e` elements.
-    fn array_ty(&self, e: &Av) -> R<Ty> {
+    pub(crate) fn array_ty(&self, e: &Av) -> R<Ty> {
         Ok(Ty::Array(self.layout(&e.shape())?.into()))
     }
 
@@ -326,32 +332,6 @@ impl Lowerer<'_, '_> {
         });
     }
 
-    /// The image of an element value under the AD map `kind`.
-    pub(crate) fn map_image(&mut self, kind: vlad_ir::MapKind, e: &Av) -> R<Av> {
-        match super::layout::map_prim(kind) {
-            Some(p) => self.elem_image(p, e.clone()),
-            None => self.unsupported(format!("internal: the map {kind:?} of an array")),
-        }
-    }
-
-    /// The image under the primitive `p` of an element value (or of the pair of two).
-    pub(crate) fn elem_image(&mut self, p: vlad_core::Prim, a: Av) -> R<Av> {
-        let r = self.prim_result(p, &a)?;
-        // An array whose element value is no value has no elements (`(build 0 f)`, or its
-        // lazy zero): its image has none either. (For `bundle` and `plus`, the two lengths
-        // are still checked.)
-        if r == Av::Bottom && !no_value(&a) {
-            if std::env::var_os("VLAD_C_DEBUG").is_some() {
-                eprintln!("`{}` of the array element {a:?} fails", p.name());
-            }
-            return self.unsupported(format!(
-                "internal: `{}` of an array element fails",
-                p.name()
-            ));
-        }
-        Ok(r)
-    }
-
     /// `(build n f)`: the length checked as the evaluator checks it, then `f` called on 0, 1,
     /// ... in order, each result stored as an element.
     pub(crate) fn build(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
@@ -444,30 +424,18 @@ impl Lowerer<'_, '_> {
         site: i64,
     ) -> R<Val> {
         let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx.clone()));
-        let arr = if *t == Target::Unreachable {
-            let ty = self.array_ty(e)?;
-            let Ty::Array(layout) = ty.clone() else {
-                unreachable!("an array type")
+        if *t == Target::Unreachable {
+            // No element: an array of none.
+            return self.array_loop(&len, out, |_, _| Ok(Val::known(Av::Bottom)));
+        }
+        let _ = e;
+        self.array_loop(&len, out, |s, i| {
+            let x = s.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, i.clone()));
+            let index = Val {
+                av: index_av,
+                leaves: vec![x],
             };
-            self.let1(ty, Op::NewArray { layout, count: len })
-        } else {
-            self.flat_loop(&len, e, |s, i| {
-                let x = s.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, i.clone()));
-                let index = Val {
-                    av: index_av,
-                    leaves: vec![x],
-                };
-                let r = s.apply(t, f, index, e, site)?;
-                if r.av == Av::Bottom {
-                    // The element never comes: its slots are placeholders.
-                    return s.placeholders(e);
-                }
-                Ok(s.coerce(r, e)?.leaves)
-            })?
-        };
-        Ok(Val {
-            av: out.clone(),
-            leaves: vec![arr],
+            s.apply(t, f, index, e, site)
         })
     }
 
@@ -674,13 +642,10 @@ impl Lowerer<'_, '_> {
             return self.not_an_array(&arr, "get", site);
         };
         let ix = self.index_expr(&i, site)?;
-        let a = arr.leaves[0].clone();
-        let len = self.let1(Ty::I64, Op::Length(a.clone()));
+        let len = self.array_len(&arr)?;
         let k = self.rt(Ty::I64, Rt::Index, vec![Operand::I64(site), ix, len]);
-        Ok(Val {
-            leaves: self.flat_elem(&a, &k, &e)?,
-            av: e,
-        })
+        let _ = e;
+        self.elem_at(&arr, &k)
     }
 
     /// An index as a real: a real, or any other value checked at run time (`vl_index_real`:
@@ -722,7 +687,7 @@ impl Lowerer<'_, '_> {
         if Self::array_elem(&a.av).is_none() {
             return self.not_an_array(&a, "array-length", site);
         }
-        let n = self.let1(Ty::I64, Op::Length(a.leaves[0].clone()));
+        let n = self.array_len(&a)?;
         let x = self.let1(Ty::F64, Op::Unary(UnOp::I64ToF64, n));
         Ok(Val {
             av: Av::real(),
@@ -734,6 +699,17 @@ impl Lowerer<'_, '_> {
     /// some), lifted through the AD tags `tags` (a literal in transformed code): arrays are
     /// built, the rest converted from their known values.
     fn datum_leaves(&mut self, d: &Datum, tags: Tags, to: &Av) -> R<Vec<Operand>> {
+        // A forward array kept as two (`soa.rs`): the literal's primal, and its zero lifted to
+        // the tangent's tags (the tangent of a constant lifted through the forward tag).
+        if let (Datum::Array(_), Some((p, q))) = (d, super::soa::soa_parts(to)) {
+            if tags.top() == Some(vlad_core::Tag::Forward) {
+                let rest = tags.pop();
+                let mut out = self.datum_leaves(d, rest, &p)?;
+                let tangent = rest.push(vlad_core::Tag::Perturbation).expect("same depth");
+                out.extend(self.datum_leaves(&zero_datum(d), tangent, &q)?);
+                return Ok(out);
+            }
+        }
         match (d, to) {
             (Datum::Array(items), Av::Array(t, _, e)) if *t == tags => {
                 let ty = self.array_ty(e)?;
@@ -1066,9 +1042,19 @@ impl Lowerer<'_, '_> {
     }
 }
 
+/// The zero of a constant: its reals 0 (what `zero` gives).
+fn zero_datum(d: &Datum) -> Datum {
+    match d {
+        Datum::Real(_) => Datum::Real(0.0),
+        Datum::Pair(p) => Datum::Pair(Rc::new((zero_datum(&p.0), zero_datum(&p.1)))),
+        Datum::Array(a) => Datum::Array(a.iter().map(zero_datum).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Does `a` describe no value at all: no value, or an aggregate with a part of no value (an
 /// array of no elements is a value).
-fn no_value(a: &Av) -> bool {
+pub(crate) fn no_value(a: &Av) -> bool {
     match a {
         Av::Bottom => true,
         Av::Pair(_, x, y) | Av::Bundle(x, y) => no_value(x) || no_value(y),

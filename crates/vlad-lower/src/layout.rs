@@ -80,11 +80,18 @@ impl Lowerer<'_, '_> {
                 self.visit_leaves(x, f)?;
             }
             // A flat array (`arrays.rs`), tagged or not: its elements in the layout of their
-            // shape.
-            Av::Array(_, _, e) => {
-                let slots = self.layout(&e.shape())?;
-                f(Ty::Array(slots.into()), av)?
-            }
+            // shape; a forward array, the array of its primals and that of its tangents
+            // (`soa.rs`).
+            Av::Array(_, _, e) => match super::soa::soa_parts(av) {
+                Some((p, q)) => {
+                    self.visit_leaves(&p, f)?;
+                    self.visit_leaves(&q, f)?;
+                }
+                None => {
+                    let slots = self.layout(&e.shape())?;
+                    f(Ty::Array(slots.into()), av)?
+                }
+            },
             Av::Dyn(_) => f(Ty::Boxed, av)?,
         }
         Ok(())
@@ -142,6 +149,32 @@ impl Lowerer<'_, '_> {
     pub(crate) fn force(&mut self, v: Val) -> R<Val> {
         if let Av::OneHot(..) = &v.av {
             return self.materialize_onehot(&v, false);
+        }
+        // A perturbed one-hot: the perturbation array.
+        if let Av::Tagged(vlad_core::Tag::Perturbation, x) = &v.av {
+            if let Av::OneHot(..) = &**x {
+                let d = self.materialize_onehot(
+                    &Val {
+                        av: (**x).clone(),
+                        leaves: v.leaves.clone(),
+                    },
+                    false,
+                )?;
+                let av = self.prim_result(Prim::Perturb, &d.av)?;
+                let leaves = self.tag_leaves(&d, vlad_core::Tag::Perturbation)?;
+                return Ok(Val { av, leaves });
+            }
+        }
+        // A bundle of two one-hots: the forward array they stand for.
+        if let Av::Bundle(p, t) = &v.av {
+            if vlad_flow::is_onehot_bundle(p, t) {
+                let parts = self.raw_parts(&v, &[p, t])?;
+                let x = self.force(parts[0].clone())?;
+                let y = self.force(parts[1].clone())?;
+                let av = self.prim_result(Prim::Bundle, &Av::pair(x.av.clone(), y.av.clone()))?;
+                let leaves = self.bundle(&x, &y)?;
+                return Ok(Val { av, leaves });
+            }
         }
         if let Av::OrZero(..) = &v.av {
             let forced = self.an.force_av(&v.av).map_err(flow_error)?;
@@ -261,6 +294,14 @@ impl Lowerer<'_, '_> {
                 out.extend(self.coerce_leaves(x, &parts[2], y)?);
                 out
             }
+            (Av::Bundle(p, t), Av::Array(..)) if vlad_flow::is_onehot_bundle(p, t) => {
+                let v = Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                };
+                let d = self.force(v)?;
+                self.coerce_leaves(&d.av, &d.leaves, to)?
+            }
             (Av::OneHot(..), Av::Array(..)) => {
                 let v = Val {
                     av: from.clone(),
@@ -305,7 +346,24 @@ impl Lowerer<'_, '_> {
             }
             (Av::Tagged(t, x), Av::Tagged(u, y)) if t == u => self.coerce_leaves(x, leaves, y)?,
             (Av::Array(t, _, x), Av::Array(u, _, y)) if t == u => {
-                self.coerce_array(&leaves[0], x, y)?
+                match (super::soa::soa_parts(from), super::soa::soa_parts(to)) {
+                    (None, None) => self.coerce_array(&leaves[0], x, y)?,
+                    // The two arrays of a forward array, each converted.
+                    (Some((fp, fq)), Some((tp, tq))) => {
+                        let parts = self.split(&[&fp, &fq], leaves)?;
+                        let mut out = self.coerce_leaves(&fp, &parts[0], &tp)?;
+                        out.extend(self.coerce_leaves(&fq, &parts[1], &tq)?);
+                        out
+                    }
+                    _ => {
+                        let v = Val {
+                            av: from.clone(),
+                            leaves: leaves.to_vec(),
+                        };
+                        let y = (**y).clone();
+                        self.map_array(&v, to, |s, e| s.coerce_leaves(x, &e.leaves, &y))?
+                    }
+                }
             }
             (Av::Closure(c, e1), Av::Closure(d, e2)) if c == d && e1.len() == e2.len() => {
                 let parts = self.split(&e1.iter().collect::<Vec<_>>(), leaves)?;
@@ -338,9 +396,6 @@ impl Lowerer<'_, '_> {
             _ => {
                 if std::env::var_os("VLAD_C_DEBUG").is_some() {
                     eprintln!("coerce {from:?}\n  to {to:?}");
-                    if std::env::var_os("VLAD_C_PANIC").is_some() {
-                        panic!("here");
-                    }
                 }
                 return self.unsupported(format!(
                     "a value that changes layout ({} to {})",
@@ -437,6 +492,10 @@ impl Lowerer<'_, '_> {
                 Rt::BoxPrim,
                 vec![Operand::I64(super::prim_index(*p) as i64)],
             ),
+            Av::Bundle(a, b) if vlad_flow::is_onehot_bundle(a, b) => {
+                let d = self.force(v.clone())?;
+                return self.boxed_val(&d);
+            }
             Av::Pair(_, a, b) | Av::Bundle(a, b) => {
                 let ps = self.raw_parts(v, &[a, b])?;
                 // The cdr first: a list is boxed from its end, so that each boxed element lives
@@ -498,7 +557,10 @@ impl Lowerer<'_, '_> {
                 }
                 return Ok(self.rt(Ty::Boxed, Rt::AsZero, vec![b]));
             }
-            Av::Array(t, _, e) => return self.box_array(&v.leaves[0], *t, e),
+            Av::Array(t, _, e) => {
+                let flat = self.flat_of(v)?;
+                return self.box_array(&flat, *t, e);
+            }
             Av::OrZero(..) => {
                 let to = v.av.boxed(&mut vlad_flow::domain::Boxes::default());
                 return Ok(self.coerce_or_zero(v, &to)?.swap_remove(0));
@@ -572,13 +634,14 @@ impl Lowerer<'_, '_> {
     }
 
     /// A structural map over the parts of a pair, bundle or closure (its environment): the
-    /// leaves `f` gives for each part, in order.
+    /// leaves `f` gives for each part, in order. The parts are given as they are: each map
+    /// computes a lazy zero (or one-hot) where it looks inside, as the analysis's maps do.
     pub(crate) fn map_parts(
         &mut self,
         v: &Val,
         mut f: impl FnMut(&mut Self, &Val) -> R<Vec<Operand>>,
     ) -> R<Vec<Operand>> {
-        let parts = self.components(v, true)?;
+        let parts = self.components(v, false)?;
         let mut out = Vec::new();
         for x in &parts {
             out.extend(f(self, x)?);

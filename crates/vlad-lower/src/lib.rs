@@ -33,6 +33,7 @@ mod arrays;
 mod layout;
 mod maps;
 mod prims;
+mod soa;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;

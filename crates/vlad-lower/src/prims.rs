@@ -271,6 +271,24 @@ impl Lowerer<'_, '_> {
                 leaves: a.leaves,
             });
         }
+        // A one-hot perturbed, and one unperturbed, keep their leaves (the analysis's `tag`
+        // and `untag`).
+        let lazy = match (p, &a.av) {
+            (Prim::Perturb, Av::OneHot(..)) => true,
+            (Prim::Unperturb, Av::Tagged(Tag::Perturbation, x)) => matches!(**x, Av::OneHot(..)),
+            (Prim::Primal | Prim::Tangent, Av::Bundle(x, y)) => vlad_flow::is_onehot_bundle(x, y),
+            _ => false,
+        };
+        if lazy {
+            let image = self.prim_result(p, &a.av)?;
+            return self.coerce(
+                Val {
+                    av: image,
+                    leaves: a.leaves,
+                },
+                out,
+            );
+        }
         let a = self.force(a)?;
         // `plus` and `zero` of boxed closures keep their codes (the runtime maps their
         // environments slot by slot); the other operators would change codes.
@@ -295,7 +313,8 @@ impl Lowerer<'_, '_> {
             Prim::Zero => self.zero_leaves(&a, false)?,
             Prim::SZero => self.zero_leaves(&a, true)?,
             Prim::Bundle => {
-                let Some((x, y)) = self.two(&a, -1)? else {
+                // (`bundle` computes lazy zeros itself, but keeps two one-hots.)
+                let Some((x, y)) = self.two_raw(&a, -1)? else {
                     return self.unsupported("internal: `bundle` of a non-pair");
                 };
                 self.bundle(&x, &y)?
@@ -419,6 +438,10 @@ impl Lowerer<'_, '_> {
     /// The leaves of `v` with `tag` pushed (`perturb`, `sensitize`, `*j`): scalars keep their
     /// leaves under the tag; pairs and closures are mapped part by part.
     pub(crate) fn tag_leaves(&mut self, v: &Val, tag: Tag) -> R<Vec<Operand>> {
+        // A one-hot perturbed keeps its leaves (the analysis's `tag`).
+        if matches!(v.av, Av::OneHot(..)) && tag == Tag::Perturbation {
+            return Ok(v.leaves.clone());
+        }
         let v = self.force(v.clone())?;
         Ok(match &v.av {
             Av::Dyn(_) => vec![self.runtime_map(
@@ -427,10 +450,9 @@ impl Lowerer<'_, '_> {
                 vec![v.leaves[0].clone(), Operand::I64(tag as i64)],
             )],
             Av::Pair(..) | Av::Closure(..) => self.map_parts(&v, |s, x| s.tag_leaves(x, tag))?,
-            Av::Array(_, _, e) => {
-                let to = self.map_image(MapKind::Tag(tag), e)?;
-                let src = v.leaves[0].clone();
-                vec![self.map_flat(&src, e, &to, |s, x| s.tag_leaves(&x, tag))?]
+            Av::Array(..) => {
+                let to = self.prim_result(tag_prim(tag), &v.av)?;
+                self.map_array(&v, &to, |s, x| s.tag_leaves(&x, tag))?
             }
             _ => v.leaves.clone(),
         })
@@ -439,6 +461,9 @@ impl Lowerer<'_, '_> {
     /// The leaves of `v` with its outermost `tag` removed (`unperturb`, `unsensitize`,
     /// `*j-inverse`).
     pub(crate) fn untag_leaves(&mut self, v: &Val, tag: Tag, name: &str) -> R<Vec<Operand>> {
+        if matches!(&v.av, Av::Tagged(t, x) if *t == tag && matches!(**x, Av::OneHot(..))) {
+            return Ok(v.leaves.clone());
+        }
         let v = self.force(v.clone())?;
         Ok(match &v.av {
             Av::Dyn(_) => vec![self.runtime_map(
@@ -453,10 +478,9 @@ impl Lowerer<'_, '_> {
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(&v, |s, x| s.untag_leaves(x, tag, name))?
             }
-            Av::Array(_, _, e) => {
-                let to = self.map_image(MapKind::Untag(tag), e)?;
-                let src = v.leaves[0].clone();
-                vec![self.map_flat(&src, e, &to, |s, x| s.untag_leaves(&x, tag, name))?]
+            Av::Array(..) => {
+                let to = self.prim_result(untag_prim(tag), &v.av)?;
+                self.map_array(&v, &to, |s, x| s.untag_leaves(&x, tag, name))?
             }
             _ => v.leaves.clone(),
         })
@@ -481,11 +505,10 @@ impl Lowerer<'_, '_> {
                 let ps = self.parts(&v, &[x])?;
                 self.zero_leaves(&ps[0], sensitivity)?
             }
-            Av::Array(_, _, e) => {
+            Av::Array(..) => {
                 let p = if sensitivity { Prim::SZero } else { Prim::Zero };
-                let to = self.elem_image(p, (**e).clone())?;
-                let src = v.leaves[0].clone();
-                vec![self.map_flat(&src, e, &to, |s, x| s.zero_leaves(&x, sensitivity))?]
+                let to = self.prim_result(p, &v.av)?;
+                self.map_array(&v, &to, |s, x| s.zero_leaves(&x, sensitivity))?
             }
             _ => Vec::new(),
         })
@@ -493,6 +516,11 @@ impl Lowerer<'_, '_> {
 
     /// The leaves of `primal` (or `tangent`) of a forward value.
     pub(crate) fn split_forward(&mut self, v: &Val, tangent: bool) -> R<Vec<Operand>> {
+        // Lazy zeros computed, but two one-hots bundled kept (the analysis's `split`).
+        let v = &match &v.av {
+            Av::Bundle(p, t) if vlad_flow::is_onehot_bundle(p, t) => v.clone(),
+            _ => self.force(v.clone())?,
+        };
         Ok(match &v.av {
             Av::Dyn(_) => vec![self.runtime_map(
                 Some(MapKind::Split(tangent)),
@@ -506,10 +534,19 @@ impl Lowerer<'_, '_> {
             Av::Pair(..) | Av::Closure(..) => {
                 self.map_parts(v, |s, x| s.split_forward(x, tangent))?
             }
-            Av::Array(_, _, e) => {
-                let to = self.map_image(MapKind::Split(tangent), e)?;
-                let src = v.leaves[0].clone();
-                vec![self.map_flat(&src, e, &to, |s, x| s.split_forward(&x, tangent))?]
+            // A forward array kept as two: one of them.
+            Av::Array(..) if super::soa::soa_parts(&v.av).is_some() => {
+                let (p, q) = self.soa_vals(v)?.expect("checked");
+                if tangent {
+                    q.leaves
+                } else {
+                    p.leaves
+                }
+            }
+            Av::Array(..) => {
+                let p = if tangent { Prim::Tangent } else { Prim::Primal };
+                let to = self.prim_result(p, &v.av)?;
+                self.map_array(v, &to, |s, x| s.split_forward(&x, tangent))?
             }
             _ if self.layout(&v.av)?.is_empty() => Vec::new(),
             _ => return self.unsupported("`primal` or `tangent` of an unexpected value"),
@@ -518,6 +555,12 @@ impl Lowerer<'_, '_> {
 
     /// The leaves of `(bundle p t)`.
     pub(crate) fn bundle(&mut self, p: &Val, t: &Val) -> R<Vec<Operand>> {
+        // Two one-hots stay as they are (the analysis's `bundle`).
+        if vlad_flow::is_onehot_bundle(&p.av, &t.av) {
+            let mut out = p.leaves.clone();
+            out.extend(t.leaves.iter().cloned());
+            return Ok(out);
+        }
         // Parts of a structure (elements of flat arrays too) may be lazy zeros.
         let (p, t) = (&self.force(p.clone())?, &self.force(t.clone())?);
         Ok(match (&p.av, &t.av) {
@@ -528,9 +571,25 @@ impl Lowerer<'_, '_> {
             (Av::Pair(..), Av::Pair(..)) | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(p, t, true, |s, x, y| s.bundle(x, y))?
             }
-            (Av::Array(_, _, x), Av::Array(_, _, y)) => {
-                let to = self.elem_image(Prim::Bundle, Av::pair((**x).clone(), (**y).clone()))?;
-                vec![self.zip_flat("bundle", p, t, &to, |s, x, y| s.bundle(&x, &y))?]
+            (Av::Array(..), Av::Array(..)) => {
+                let to = self.prim_result(Prim::Bundle, &Av::pair(p.av.clone(), t.av.clone()))?;
+                match super::soa::soa_parts(&to) {
+                    // A forward array kept as two: the two arrays, their lengths checked
+                    // (unless an element's lazy zero has to be computed first, as `bundle`
+                    // of two elements does: element by element then).
+                    Some((tp, tq))
+                        if p.av.join(&tp, &mut Default::default()) == tp
+                            && t.av.join(&tq, &mut Default::default()) == tq =>
+                    {
+                        let n = self.array_len(p)?;
+                        let m = self.array_len(t)?;
+                        self.lengths_agree("bundle", &n, &m);
+                        let mut out = self.coerce(p.clone(), &tp)?.leaves;
+                        out.extend(self.coerce(t.clone(), &tq)?.leaves);
+                        out
+                    }
+                    _ => self.zip_array("bundle", p, t, &to, |s, x, y| s.bundle(&x, &y))?,
+                }
             }
             (Av::Array(..), _) | (_, Av::Array(..)) => {
                 if std::env::var_os("VLAD_C_DEBUG").is_some() {
@@ -696,9 +755,9 @@ impl Lowerer<'_, '_> {
             | (Av::Closure(..), Av::Closure(..)) => {
                 self.zip_parts(a, b, false, |s, x, y| s.plus(x, y))?
             }
-            (Av::Array(_, _, x), Av::Array(_, _, y)) => {
-                let to = self.elem_image(Prim::Plus, Av::pair((**x).clone(), (**y).clone()))?;
-                vec![self.zip_flat("plus", a, b, &to, |s, x, y| s.plus(&x, &y))?]
+            (Av::Array(..), Av::Array(..)) => {
+                let to = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
+                self.zip_array("plus", a, b, &to, |s, x, y| s.plus(&x, &y))?
             }
             // Booleans add only to themselves (the evaluator's shape error otherwise).
             (Av::Bool(x), Av::Bool(y)) if x.is_none() || y.is_none() => {
@@ -739,6 +798,24 @@ impl Lowerer<'_, '_> {
             Ok(Val { av, leaves })
         })?;
         Ok(v.leaves)
+    }
+}
+
+/// The primitive that pushes `tag` (`Tag::Forward` is `bundle`'s, never a map's).
+fn tag_prim(tag: Tag) -> Prim {
+    match tag {
+        Tag::Perturbation => Prim::Perturb,
+        Tag::Sensitivity => Prim::Sensitize,
+        _ => Prim::StarJ,
+    }
+}
+
+/// The primitive that removes `tag`.
+fn untag_prim(tag: Tag) -> Prim {
+    match tag {
+        Tag::Perturbation => Prim::Unperturb,
+        Tag::Sensitivity => Prim::Unsensitize,
+        _ => Prim::StarJInverse,
     }
 }
 

@@ -39,7 +39,7 @@ pub fn run(p: &mut Program) {
     for id in p.ids() {
         let f = p.func_mut(id);
         if alloc.contains(&id) && !globals.contains(&id) {
-            release_before_tail_calls(f, id, &params);
+            release_before_tail_calls(f, id, &params, accumulating.contains(&id));
         }
         let mut vars = std::mem::take(&mut f.vars);
         carry_ifolds(&mut f.body, &mut vars, &accumulating);
@@ -58,7 +58,7 @@ fn tail_calls(block: &[Stmt]) -> Vec<(FuncId, Vec<Operand>)> {
     out
 }
 
-fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>]) {
+fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>], accumulating: bool) {
     let own = f.params.clone();
     let calls = tail_calls(&f.body);
     if calls.is_empty() {
@@ -76,9 +76,11 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>]) {
                     .all(|(_, args)| args.get(j).and_then(Operand::var) == Some(*v))
         })
         .collect();
+    // A loop that adds into an array in place carries it as it is: copying it down would cost
+    // its length at every step (it is released only where it is the loop's own parameter).
     let carriable: Vec<bool> = own
         .iter()
-        .map(|v| f.ty(*v).is_pointer_free_array())
+        .map(|v| !accumulating && f.ty(*v).is_pointer_free_array())
         .collect();
     let is_own = |x: &Operand| x.var().is_some_and(|v| own.contains(&v));
     let is_invariant = |x: &Operand| {
