@@ -110,24 +110,36 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
    and writes them; for printing or an error message, or where it becomes part of a boxed
    value (a list of arrays whose length is known only at run time), it is boxed into a
    VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots 1..n the boxed elements),
-   which the AD operators below map element by element. */
-static V vl_flat(long n, unsigned k) {
+   which the AD operators below map element by element.
+   A flat array's aux is the number of its element layout in vl_layouts (the compiler writes
+   the table: each slot's letter, `d` real, `b` boolean or integer, `v` pointer), which is
+   how the runtime can find the pointers in it; VL_LAYOUT_REALS and
+   VL_LAYOUT_BOXED are the runtime's own arrays of reals and of pointers. */
+VL_SHARED const char *vl_layouts[];
+static V vl_flat(long n, unsigned k, unsigned layout) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
   o->zero = 0;
-  o->aux = k;
+  o->aux = layout;
   o->s[0].b = n;
   return o;
 }
+/* vl_flat of a layout with pointers: their slots null until they are stored, so that no
+   uninitialised pointer is ever read. */
+static V vl_flat_zeroed(long n, unsigned k, unsigned layout) {
+  V o = vl_flat(n, k, layout);
+  memset(&o->s[1], 0, (size_t)n * k * sizeof(vl_slot));
+  return o;
+}
 /* A new flat array of n elements of k slots, copied from data (an array literal). */
-static V vl_flat_of(long n, unsigned k, const vl_slot *data) {
-  V a = vl_flat(n, k);
+static V vl_flat_of(long n, unsigned k, unsigned layout, const vl_slot *data) {
+  V a = vl_flat(n, k, layout);
   memcpy(&a->s[1], data, (size_t)n * k * sizeof(vl_slot));
   return a;
 }
 /* The bytes of flat array x, as vl_flat allocated them. */
 static inline size_t vl_flat_bytes(V x) {
-  return sizeof(struct vl_obj) + (1 + (size_t)x->s[0].b * x->aux) * sizeof(vl_slot);
+  return sizeof(struct vl_obj) + (1 + (size_t)x->s[0].b * strlen(vl_layouts[x->aux])) * sizeof(vl_slot);
 }
 /* Releases the arena to mark m but keeps the n flat arrays xs[0..n), whose elements hold no
    pointers: they are copied down to the mark and xs is updated. A loop that carries arrays it
@@ -669,7 +681,7 @@ static V vl_arg_boxed(V x) {
 }
 static V vl_as_flat(V v, long depth, const char *name) {
   vl_arg_null(v, name);
-  if (depth == 1 && v->kind == VL_FLAT && v->aux == 1) return v;
+  if (depth == 1 && v->kind == VL_FLAT && v->aux == VL_LAYOUT_REALS) return v;
   v = vl_dense(vl_arg_boxed(v));
   if (v->kind != VL_ARRAY && v->kind != VL_FLATREF) {
     vl_buf b = {0, 0, 0};
@@ -678,7 +690,7 @@ static V vl_as_flat(V v, long depth, const char *name) {
     vl_arg_fail(&b);
   }
   long n = v->s[0].b;
-  V a = vl_flat(n, 1);
+  V a = depth == 1 ? vl_flat(n, 1, VL_LAYOUT_REALS) : vl_flat_zeroed(n, 1, VL_LAYOUT_BOXED);
   for (long i = 0; i < n; i++) {
     V x = vl_elem(v, i);
     if (depth == 1) a->s[1 + i].d = vl_arg_real(x, name);
@@ -1131,7 +1143,7 @@ static V vl_list_to_array_rev(V l, int flat) {
   unsigned tags = vl_tags_of(l);
   long n = 0;
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) n++;
-  V a = flat ? vl_flat(n, 1) : vl_boxed_array(n, tags);
+  V a = flat ? vl_flat(n, 1, VL_LAYOUT_BOXED) : vl_boxed_array(n, tags);
   long i = n;
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) a->s[i--].v = x->s[0].v;
   return a;
@@ -1316,7 +1328,7 @@ VL_EXPORT vlad_value vlad_real(double x) {
 /* An array of n reals (copied). */
 VL_EXPORT vlad_value vlad_array_f64(const double *xs, long n) {
   vlad_init();
-  V a = vl_flat(n, 1);
+  V a = vl_flat(n, 1, VL_LAYOUT_REALS);
   for (long i = 0; i < n; i++) a->s[1 + i].d = xs[i];
   return a;
 }
