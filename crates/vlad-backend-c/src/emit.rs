@@ -127,7 +127,7 @@ pub fn emit(p: &Program, stats: &passes::Stats) -> R<CProgram> {
         }
     }
     code_slots.push_str("};\n");
-    // The slots of each flat array layout (which hold pointers).
+    // The slots of each flat array layout (the collector reads which hold pointers).
     let _ = write!(
         code_slots,
         "VL_SHARED const char *vl_layouts[{}] = {{",
@@ -637,8 +637,8 @@ impl<'e, 'p> Writer<'e, 'p> {
             Op::Rt(rt, args) => format!("{}({})", rt.c_name(), self.operands(args)),
             Op::NewArray { layout, count } => {
                 let id = self.e.layout_id(layout);
-                // Pointer slots start null: an array whose element code never returns is left
-                // unfilled.
+                // Pointer slots start null: the collector reads every slot of the arrays it
+                // copies, and an array whose element code never returns is left unfilled.
                 let f = if layout.iter().any(Ty::is_pointer) {
                     "vl_flat_zeroed"
                 } else {
@@ -689,9 +689,9 @@ impl<'e, 'p> Writer<'e, 'p> {
                 variant,
                 index,
             } => format!("{}.u.v{variant}.f{index}", self.operand(value)),
-            Op::ReleaseCarrying { .. } => {
+            Op::ReleaseCarrying { .. } | Op::Collect { .. } => {
                 return Err(EmitError(
-                    "a release carrying arrays inside an expression".into(),
+                    "a release carrying values inside an expression".into(),
                 ))
             }
         })
@@ -709,6 +709,34 @@ impl<'e, 'p> Writer<'e, 'p> {
                     format!("vl_release_carrying({m}, {c}, {});", arrays.len()),
                 );
                 for (n, v) in vs.iter().enumerate() {
+                    let lhs = self.define(*v);
+                    self.line(d, format!("{lhs}{c}[{n}];"));
+                }
+            }
+            Stmt::Let(
+                vs,
+                Op::Collect {
+                    mark,
+                    budget,
+                    values,
+                },
+            ) => {
+                // The values go through an array the collector updates; nothing else holds
+                // them after it (the verifier's rule for releases).
+                let Some((after, kept)) = vs.split_last() else {
+                    return Err(EmitError("a collection without results".into()));
+                };
+                let c = self.fresh();
+                let items = self.operands(values);
+                let m = self.operand(mark);
+                let b = self.operand(budget);
+                self.line(d, format!("V {c}[] = {{{items}}};"));
+                let lhs = self.define(*after);
+                self.line(
+                    d,
+                    format!("{lhs}vl_collect({m}, {c}, {}, {b});", values.len()),
+                );
+                for (n, v) in kept.iter().enumerate() {
                     let lhs = self.define(*v);
                     self.line(d, format!("{lhs}{c}[{n}];"));
                 }
