@@ -15,6 +15,10 @@ const TAGS: [(Tag, &str); 4] = [
     (Tag::Reverse, "VL_REVERSE"),
 ];
 
+/// The layouts of flat arrays the runtime makes itself, first in `vl_layouts` (the compiler
+/// numbers the program's after them): an array of reals, and an array of pointers.
+pub const LAYOUTS: [(&str, &str); 2] = [("d", "VL_LAYOUT_REALS"), ("v", "VL_LAYOUT_BOXED")];
+
 /// The C definitions of the constants (`enum`s), for the head of every program.
 pub fn constants() -> String {
     let mut out =
@@ -40,6 +44,13 @@ pub fn constants() -> String {
             .map(|(k, n)| (n.to_string(), k.number()))
             .collect(),
     );
+    line(
+        LAYOUTS
+            .iter()
+            .enumerate()
+            .map(|(i, (_, n))| (n.to_string(), i as u32))
+            .collect(),
+    );
     out
 }
 
@@ -55,6 +66,7 @@ mod tests {
             .map(|(_, n)| n.to_string())
             .chain(ObjKind::ALL.iter().map(|k| k.c_name().to_string()))
             .chain(MapKind::NAMED.iter().map(|(_, n)| n.to_string()))
+            .chain(LAYOUTS.iter().map(|(_, n)| n.to_string()))
             .collect();
         // The enumerations runtime.c declares, and its macros.
         let enums: Vec<&str> = rt

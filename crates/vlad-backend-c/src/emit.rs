@@ -24,6 +24,7 @@ pub fn emit(p: &Program, stats: &passes::Stats) -> R<CProgram> {
         structs: HashMap::new(),
         struct_defs: String::new(),
         unions: HashMap::new(),
+        layouts: abi::LAYOUTS.iter().map(|(l, _)| l.to_string()).collect(),
     };
     let mut funcs = Vec::new();
     for id in p.ids() {
@@ -125,6 +126,16 @@ pub fn emit(p: &Program, stats: &passes::Stats) -> R<CProgram> {
             None => code_slots.push_str("0, "),
         }
     }
+    code_slots.push_str("};\n");
+    // The slots of each flat array layout (the collector reads which hold pointers).
+    let _ = write!(
+        code_slots,
+        "VL_SHARED const char *vl_layouts[{}] = {{",
+        e.layouts.len()
+    );
+    for l in &e.layouts {
+        let _ = write!(code_slots, "{}, ", c_string(l));
+    }
     code_slots.push_str("};\n\n");
     let mut globals = String::new();
     for g in &p.globals {
@@ -224,9 +235,24 @@ struct Emitter<'p> {
     struct_defs: String,
     /// The union structs, by type.
     unions: HashMap<Ty, String>,
+    /// The layouts of flat arrays, by number (`vl_layouts`, which the runtime reads: a flat
+    /// array's `aux`), as `vl_code_slots` writes them.
+    layouts: Vec<String>,
 }
 
 impl<'p> Emitter<'p> {
+    /// The number of a flat array layout in `vl_layouts`.
+    fn layout_id(&mut self, l: &[Ty]) -> usize {
+        let letters: String = l.iter().map(letter).collect();
+        match self.layouts.iter().position(|x| *x == letters) {
+            Some(i) => i,
+            None => {
+                self.layouts.push(letters);
+                self.layouts.len() - 1
+            }
+        }
+    }
+
     fn ctype(&mut self, t: &Ty) -> String {
         match t {
             Ty::F64 => "double".into(),
@@ -610,7 +636,15 @@ impl<'e, 'p> Writer<'e, 'p> {
             }
             Op::Rt(rt, args) => format!("{}({})", rt.c_name(), self.operands(args)),
             Op::NewArray { layout, count } => {
-                format!("vl_flat({}, {})", self.operand(count), layout.len())
+                let id = self.e.layout_id(layout);
+                // Pointer slots start null: the collector reads every slot of the arrays it
+                // copies, and an array whose element code never returns is left unfilled.
+                let f = if layout.iter().any(Ty::is_pointer) {
+                    "vl_flat_zeroed"
+                } else {
+                    "vl_flat"
+                };
+                format!("{f}({}, {}, {id})", self.operand(count), layout.len())
             }
             Op::ArrayOf { .. } => {
                 return Err(EmitError("an array literal inside an expression".into()))
@@ -655,9 +689,9 @@ impl<'e, 'p> Writer<'e, 'p> {
                 variant,
                 index,
             } => format!("{}.u.v{variant}.f{index}", self.operand(value)),
-            Op::ReleaseCarrying { .. } => {
+            Op::ReleaseCarrying { .. } | Op::Collect { .. } => {
                 return Err(EmitError(
-                    "a release carrying arrays inside an expression".into(),
+                    "a release carrying values inside an expression".into(),
                 ))
             }
         })
@@ -675,6 +709,34 @@ impl<'e, 'p> Writer<'e, 'p> {
                     format!("vl_release_carrying({m}, {c}, {});", arrays.len()),
                 );
                 for (n, v) in vs.iter().enumerate() {
+                    let lhs = self.define(*v);
+                    self.line(d, format!("{lhs}{c}[{n}];"));
+                }
+            }
+            Stmt::Let(
+                vs,
+                Op::Collect {
+                    mark,
+                    budget,
+                    values,
+                },
+            ) => {
+                // The values go through an array the collector updates; nothing else holds
+                // them after it (the verifier's rule for releases).
+                let Some((after, kept)) = vs.split_last() else {
+                    return Err(EmitError("a collection without results".into()));
+                };
+                let c = self.fresh();
+                let items = self.operands(values);
+                let m = self.operand(mark);
+                let b = self.operand(budget);
+                self.line(d, format!("V {c}[] = {{{items}}};"));
+                let lhs = self.define(*after);
+                self.line(
+                    d,
+                    format!("{lhs}vl_collect({m}, {c}, {}, {b});", values.len()),
+                );
+                for (n, v) in kept.iter().enumerate() {
                     let lhs = self.define(*v);
                     self.line(d, format!("{lhs}{c}[{n}];"));
                 }
@@ -699,9 +761,10 @@ impl<'e, 'p> Writer<'e, 'p> {
                 let n = slots.len() / layout.len().max(1);
                 for v in vs {
                     let lhs = self.define(*v);
+                    let id = self.e.layout_id(layout);
                     self.line(
                         d,
-                        format!("{lhs}vl_flat_of({n}, {}, {data});", layout.len()),
+                        format!("{lhs}vl_flat_of({n}, {}, {id}, {data});", layout.len()),
                     );
                 }
             }

@@ -43,11 +43,13 @@ struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot 
    a call can hand on what it allocated only through its result, so after a call whose result
    has no boxed part, everything allocated during the call is garbage: the generated code takes
    a mark before such a call and releases it after (vl_mark / vl_release), and the chunks above
-   the mark are reused. Nothing else is ever freed.
+   the mark are reused. A loop releases its mark at each step keeping what it carries: copied
+   down (vl_release_carrying, vl_collect, below). Nothing else is ever freed.
    The state every translation unit shares is declared VL_SHARED (zero-initialised): `static`
    when the program is one unit; defined in unit 0 and `extern` in the others when it is
    compiled as several (crates/vlad-backend-c/src/units.rs). */
-struct vl_chunk_rec { char *base; size_t size; };
+/* start: the bytes of the chunks before it (vl_pos). */
+struct vl_chunk_rec { char *base; size_t size; size_t start; };
 VL_SHARED char *vl_chunk;
 VL_SHARED size_t vl_left;
 VL_SHARED struct vl_chunk_rec *vl_chunks;
@@ -73,6 +75,8 @@ static void vl_alloc_slow(size_t n) {
   if (!c || !vl_chunks) vl_die("vlad: out of memory\n", 70);
   vl_chunks[vl_nchunks].base = c;
   vl_chunks[vl_nchunks].size = size;
+  vl_chunks[vl_nchunks].start =
+      vl_nchunks ? vl_chunks[vl_nchunks - 1].start + vl_chunks[vl_nchunks - 1].size : 0;
   vl_cur = ++vl_nchunks;
   vl_chunk = c;
   vl_left = size;
@@ -87,6 +91,12 @@ static inline void *vl_alloc(size_t n) {
 }
 static inline vl_mark_t vl_mark(void) { vl_mark_t m = {vl_cur, vl_chunk, vl_left}; return m; }
 static inline void vl_release(vl_mark_t m) { vl_cur = m.cur; vl_chunk = m.chunk; vl_left = m.left; }
+/* The arena's position at (cur, chunk) as a number of bytes: the chunks below the current one
+   in full, and the part of the current one in use. The bytes allocated since a mark are the
+   difference of two positions (O(1): vl_collect tests it at every step of a loop). */
+static inline size_t vl_pos(size_t cur, const char *chunk) {
+  return cur ? vl_chunks[cur - 1].start + (size_t)(chunk - vl_chunks[cur - 1].base) : 0;
+}
 
 static struct vl_obj vl_nil_obj = {VL_NIL, 0, 0};
 static struct { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[1]; }
@@ -110,24 +120,36 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
    and writes them; for printing or an error message, or where it becomes part of a boxed
    value (a list of arrays whose length is known only at run time), it is boxed into a
    VL_ARRAY (aux its AD tags, as a pair's; slot 0 the length, slots 1..n the boxed elements),
-   which the AD operators below map element by element. */
-static V vl_flat(long n, unsigned k) {
+   which the AD operators below map element by element.
+   A flat array's aux is the number of its element layout in vl_layouts (the compiler writes
+   the table: each slot's letter, `d` real, `b` boolean or integer, `v` pointer), which is
+   how the collector (vl_collect) finds the pointers in it; VL_LAYOUT_REALS and
+   VL_LAYOUT_BOXED are the runtime's own arrays of reals and of pointers. */
+VL_SHARED const char *vl_layouts[];
+static V vl_flat(long n, unsigned k, unsigned layout) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
   o->zero = 0;
-  o->aux = k;
+  o->aux = layout;
   o->s[0].b = n;
   return o;
 }
+/* vl_flat of a layout with pointers: their slots null until they are stored, so that the
+   collector never reads an uninitialised pointer. */
+static V vl_flat_zeroed(long n, unsigned k, unsigned layout) {
+  V o = vl_flat(n, k, layout);
+  memset(&o->s[1], 0, (size_t)n * k * sizeof(vl_slot));
+  return o;
+}
 /* A new flat array of n elements of k slots, copied from data (an array literal). */
-static V vl_flat_of(long n, unsigned k, const vl_slot *data) {
-  V a = vl_flat(n, k);
+static V vl_flat_of(long n, unsigned k, unsigned layout, const vl_slot *data) {
+  V a = vl_flat(n, k, layout);
   memcpy(&a->s[1], data, (size_t)n * k * sizeof(vl_slot));
   return a;
 }
 /* The bytes of flat array x, as vl_flat allocated them. */
 static inline size_t vl_flat_bytes(V x) {
-  return sizeof(struct vl_obj) + (1 + (size_t)x->s[0].b * x->aux) * sizeof(vl_slot);
+  return sizeof(struct vl_obj) + (1 + (size_t)x->s[0].b * strlen(vl_layouts[x->aux])) * sizeof(vl_slot);
 }
 /* Releases the arena to mark m but keeps the n flat arrays xs[0..n), whose elements hold no
    pointers: they are copied down to the mark and xs is updated. A loop that carries arrays it
@@ -669,7 +691,7 @@ static V vl_arg_boxed(V x) {
 }
 static V vl_as_flat(V v, long depth, const char *name) {
   vl_arg_null(v, name);
-  if (depth == 1 && v->kind == VL_FLAT && v->aux == 1) return v;
+  if (depth == 1 && v->kind == VL_FLAT && v->aux == VL_LAYOUT_REALS) return v;
   v = vl_dense(vl_arg_boxed(v));
   if (v->kind != VL_ARRAY && v->kind != VL_FLATREF) {
     vl_buf b = {0, 0, 0};
@@ -678,7 +700,7 @@ static V vl_as_flat(V v, long depth, const char *name) {
     vl_arg_fail(&b);
   }
   long n = v->s[0].b;
-  V a = vl_flat(n, 1);
+  V a = depth == 1 ? vl_flat(n, 1, VL_LAYOUT_REALS) : vl_flat_zeroed(n, 1, VL_LAYOUT_BOXED);
   for (long i = 0; i < n; i++) {
     V x = vl_elem(v, i);
     if (depth == 1) a->s[1 + i].d = vl_arg_real(x, name);
@@ -1104,6 +1126,194 @@ static V vl_dense_slow(V v) {
   return o;
 }
 
+/* ---- the collection of what a loop carries (crates/vlad-ir/src/passes/carry.rs). The arena
+   marks reclaim what a call allocated when it returns nothing boxed, and a loop's steps when
+   they carry nothing the step allocated, or only flat arrays of reals (vl_release_carrying).
+   A loop that carries a boxed value it rebuilds (a list, a gradient, a closure) would keep
+   every step's objects until the loop returns. Instead, at the loop's back edge (a self tail
+   call turned `continue`, the end of an ifold step), vl_collect copies the objects allocated
+   since the loop's mark that the carried values reach down to the mark, and frees the rest:
+   a copying collection, Cheney's, of the region above the mark.
+   - Values are immutable and nothing older than the mark points into the region (an object
+     can only point to older ones), so the carried values are the only roots: the compiled
+     code holds no other pointer into the region at a back edge (the IR's verifier checks it
+     with the liveness of its variables), and the constants and everything below the mark
+     stay where they are.
+   - Sharing is kept: a copied object is overwritten by a forwarding record (kind VL_MOVED,
+     slot 0 where its copy is).
+   - Every object says its size and where its pointers are: by its kind, a closure by its
+     code's environment (vl_code_slots), a flat array by its element layout (vl_layouts).
+   - The survivors are copied twice: first into a heap buffer, where the pointers to copies
+     are kept as offsets into it (odd numbers, which no object address is); then, after the
+     release, into the arena at the mark, the offsets turned into addresses.
+   - It runs only when the arena above the mark has grown past VL_GC_FACTOR times what
+     survived the last collection (and past VL_GC_MIN), so its cost, proportional to the
+     survivors, is a constant per byte allocated, and the loop's memory stays within a
+     constant factor of what it carries (VLAD_GC_MIN_BYTES sets VL_GC_MIN). */
+#define VL_MOVED 0xffffu
+#define VL_GC_MIN ((size_t)1 << 20)
+#define VL_GC_FACTOR 4
+VL_SHARED size_t vl_collections;
+/* VLAD_GC_MIN_BYTES=N: collect past N bytes instead of VL_GC_MIN (0: as soon as the arena has
+   grown past VL_GC_FACTOR times the last survivors; the tests run every program so once, so
+   that the collector runs in every loop that carries boxed values). Held plus one: 0 when it
+   is not set (the state every translation unit shares starts zero). */
+VL_SHARED size_t vl_gc_min_plus1;
+/* The slots of an object, by its kind. */
+static size_t vl_obj_slots(V o) {
+  switch (o->kind) {
+  case VL_NIL: case VL_PRIM: return 0;
+  case VL_BOOL: case VL_REAL: case VL_TAGGED: return 1;
+  case VL_PAIR: case VL_BUNDLE: return 2;
+  case VL_CLOSURE: return vl_code_slots[o->aux] ? strlen(vl_code_slots[o->aux]) : 0;
+  case VL_ARRAY: return 1 + (size_t)o->s[0].b;
+  case VL_FLAT: return 1 + (size_t)o->s[0].b * strlen(vl_layouts[o->aux]);
+  case VL_SENS: return 6;
+  case VL_FLATREF: return 3;
+  }
+  vl_fail_internal("the collector met an object of no known kind");
+  return 0;
+}
+/* The bytes vl_alloc took for an object. */
+static size_t vl_obj_bytes(V o) {
+  return (sizeof(struct vl_obj) + vl_obj_slots(o) * sizeof(vl_slot) + 15) & ~(size_t)15;
+}
+/* The collection's state: the parts of chunks above the mark (sorted by address), the
+   buffer the survivors are copied to first, and where they end up. */
+typedef struct { char *lo, *hi; } vl_range;
+static vl_range *vl_gc_from;
+static size_t vl_gc_nfrom;
+static char *vl_gc_to, *vl_gc_at;
+static size_t vl_gc_used, vl_gc_cap;
+static int vl_gc_above(const char *p) {
+  size_t lo = 0, hi = vl_gc_nfrom;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (p < vl_gc_from[mid].lo) hi = mid;
+    else if (p >= vl_gc_from[mid].hi) lo = mid + 1;
+    else return 1;
+  }
+  return 0;
+}
+/* x's copy (an odd offset into vl_gc_to), copied now if it has not been; x itself if it is
+   older than the mark (or null). */
+static V vl_gc_copy(V x) {
+  if (!x || !vl_gc_above((const char *)x)) return x;
+  if (x->kind == VL_MOVED) return x->s[0].v;
+  size_t bytes = vl_obj_bytes(x);
+  if (vl_gc_used + bytes > vl_gc_cap) {
+    vl_gc_cap = 2 * (vl_gc_used + bytes);
+    vl_gc_to = realloc(vl_gc_to, vl_gc_cap);
+    if (!vl_gc_to) vl_die("vlad: out of memory\n", 70);
+  }
+  memcpy(vl_gc_to + vl_gc_used, x, bytes);
+  V to = (V)(((size_t)vl_gc_used << 1) | 1);
+  vl_gc_used += bytes;
+  x->kind = VL_MOVED;
+  x->s[0].v = to;
+  return to;
+}
+/* A pointer of a survivor: copied (moving = 1), or an offset made an address (0). */
+static V vl_gc_fix(V x, int moving) {
+  if (moving) return vl_gc_copy(x);
+  return ((size_t)x & 1) ? (V)(vl_gc_at + ((size_t)x >> 1)) : x;
+}
+/* Fixes the pointers of the object at offset off of *base (which vl_gc_copy may move while
+   it runs: the object is found again after each copy); the object's size. */
+static size_t vl_gc_object(char **base, size_t off, int moving) {
+#define VL_GC_FIX(I)                                                        \
+  do {                                                                      \
+    V y_ = vl_gc_fix(((V)(*base + off))->s[I].v, moving);                   \
+    ((V)(*base + off))->s[I].v = y_;                                        \
+  } while (0)
+  V o = (V)(*base + off);
+  size_t bytes = vl_obj_bytes(o);
+  switch (o->kind) {
+  case VL_PAIR: case VL_BUNDLE: VL_GC_FIX(0); VL_GC_FIX(1); break;
+  case VL_TAGGED: VL_GC_FIX(0); break;
+  case VL_FLATREF: VL_GC_FIX(1); break;
+  case VL_SENS:
+    /* a sum: its two operands; a one-hot or a zero: the element's sensitivity, the array
+       (or null) and the elements' zero (or null) */
+    if (o->s[1].b == VL_SENS_SUM) { VL_GC_FIX(2); VL_GC_FIX(3); }
+    else { VL_GC_FIX(3); VL_GC_FIX(4); VL_GC_FIX(5); }
+    break;
+  case VL_ARRAY: {
+    long n = o->s[0].b;
+    for (long i = 0; i < n; i++) VL_GC_FIX(1 + i);
+    break;
+  }
+  case VL_CLOSURE: {
+    const char *k = vl_code_slots[o->aux];
+    for (size_t i = 0; k && k[i]; i++)
+      if (k[i] == 'v') VL_GC_FIX(i);
+    break;
+  }
+  case VL_FLAT: {
+    const char *k = vl_layouts[o->aux];
+    size_t w = strlen(k);
+    long n = o->s[0].b;
+    if (strchr(k, 'v'))
+      for (long e = 0; e < n; e++)
+        for (size_t j = 0; j < w; j++)
+          if (k[j] == 'v') VL_GC_FIX(1 + (size_t)e * w + j);
+    break;
+  }
+  default: break;
+  }
+#undef VL_GC_FIX
+  return bytes;
+}
+static int vl_gc_order(const void *a, const void *b) {
+  const vl_range *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+/* The collection itself: the n values xs[0..n) and what they reach above mark m copied down
+   to m (xs updated), everything else above m freed. Returns the next budget. */
+static long vl_collect_now(vl_mark_t m, V *xs, int n) {
+  size_t first = m.cur ? m.cur - 1 : 0;
+  vl_gc_nfrom = 0;
+  vl_gc_from = malloc((vl_cur - first + 1) * sizeof *vl_gc_from);
+  if (!vl_gc_from) vl_die("vlad: out of memory\n", 70);
+  for (size_t i = first; i < vl_cur; i++) {
+    char *lo = m.cur && i == m.cur - 1 ? m.chunk : vl_chunks[i].base;
+    char *hi = i == vl_cur - 1 ? vl_chunk : vl_chunks[i].base + vl_chunks[i].size;
+    if (lo < hi) vl_gc_from[vl_gc_nfrom++] = (vl_range){lo, hi};
+  }
+  qsort(vl_gc_from, vl_gc_nfrom, sizeof *vl_gc_from, vl_gc_order);
+  vl_gc_used = 0;
+  for (int i = 0; i < n; i++) xs[i] = vl_gc_copy(xs[i]);
+  for (size_t scan = 0; scan < vl_gc_used;) scan += vl_gc_object(&vl_gc_to, scan, 1);
+  size_t total = vl_gc_used;
+  vl_release(m);
+  vl_gc_at = total ? vl_alloc(total) : 0;
+  if (total) memcpy(vl_gc_at, vl_gc_to, total);
+  for (size_t at = 0; at < total;) at += vl_gc_object(&vl_gc_at, at, 0);
+  for (int i = 0; i < n; i++) xs[i] = vl_gc_fix(xs[i], 0);
+  free(vl_gc_from);
+  vl_gc_from = 0;
+  /* The buffer is kept for the next collection unless it is large. */
+  if (vl_gc_cap > VL_GC_MIN) {
+    free(vl_gc_to);
+    vl_gc_to = 0;
+    vl_gc_cap = 0;
+  }
+  vl_collections++;
+  return (long)(VL_GC_FACTOR * total);
+}
+/* At a loop's back edge: collects (above) if the arena has grown past the budget since mark
+   m, and returns the next budget (the same if it did not collect). */
+static void vl_gc_settings(void) {
+  const char *min = getenv("VLAD_GC_MIN_BYTES");
+  if (min && atol(min) >= 0) vl_gc_min_plus1 = (size_t)atol(min) + 1;
+}
+static inline long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
+  size_t min = vl_gc_min_plus1 ? vl_gc_min_plus1 - 1 : VL_GC_MIN;
+  size_t limit = (size_t)budget > min ? (size_t)budget : min;
+  if (vl_pos(vl_cur, vl_chunk) - vl_pos(m.cur, m.chunk) <= limit) return budget;
+  return vl_collect_now(m, xs, n);
+}
+
 /* ---- `build` in reverse mode: its definition conses the elements on a list, last first, and
    turns the list into an array (%list->array-rev); the backpropagator turns the array's
    sensitivity back into the list's (%array->list-rev). */
@@ -1131,7 +1341,7 @@ static V vl_list_to_array_rev(V l, int flat) {
   unsigned tags = vl_tags_of(l);
   long n = 0;
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) n++;
-  V a = flat ? vl_flat(n, 1) : vl_boxed_array(n, tags);
+  V a = flat ? vl_flat(n, 1, VL_LAYOUT_BOXED) : vl_boxed_array(n, tags);
   long i = n;
   for (V x = l; x->kind == VL_PAIR && x->aux == tags; x = x->s[1].v) a->s[i--].v = x->s[0].v;
   return a;
@@ -1330,7 +1540,7 @@ VL_EXPORT vlad_value vlad_real(double x) {
 /* An array of n reals (copied). */
 VL_EXPORT vlad_value vlad_array_f64(const double *xs, long n) {
   vlad_init();
-  V a = vl_flat(n, 1);
+  V a = vl_flat(n, 1, VL_LAYOUT_REALS);
   for (long i = 0; i < n; i++) a->s[1 + i].d = xs[i];
   return a;
 }
@@ -1426,6 +1636,7 @@ static void *vl_thread(void *arg) {
     sigaction(SIGBUS, &sa, 0);
   }
   vl_set_native_floor(vl_stack_size);
+  vl_gc_settings();
   vl_program();
   return 0;
 }
@@ -1454,6 +1665,7 @@ int main(void) {
   }
   if (!ok) {
     vl_set_native_floor((size_t)1 << 22);
+    vl_gc_settings();
     vl_program();
   }
   else pthread_join(t, 0);
@@ -1463,7 +1675,8 @@ int main(void) {
   if (getenv("VLAD_ARENA_STATS")) {
     size_t bytes = 0;
     for (size_t i = 0; i < vl_nchunks; i++) bytes += vl_chunks[i].size;
-    fprintf(stderr, "vlad: arena: %zu chunks, %zu bytes\n", vl_nchunks, bytes);
+    fprintf(stderr, "vlad: arena: %zu chunks, %zu bytes, %zu collections\n", vl_nchunks, bytes,
+            vl_collections);
   }
   return 0;
 }

@@ -381,6 +381,18 @@ pub enum Op {
         mark: Operand,
         arrays: Vec<Operand>,
     },
+    /// A copying collection of what a loop carries to its next iteration, at its back edge,
+    /// when it is due: where the arena above `mark` has grown past `budget` (an `i64`, 0 at
+    /// the loop's entry), the objects allocated since the mark that `values` (pointers) reach
+    /// are copied down to it, sharing kept, and the rest is released. The results are the
+    /// values (moved or not), in order, then the budget for the next collection. Every
+    /// pointer live after it is one of its results or older than the mark (the verifier
+    /// checks it): a collection moves everything else above the mark.
+    Collect {
+        mark: Operand,
+        budget: Operand,
+        values: Vec<Operand>,
+    },
     /// A union value: variant `variant` of `ty` (a `Ty::Union`) with these leaves.
     MakeUnion {
         ty: Ty,
@@ -512,6 +524,10 @@ pub enum FuncKind {
     /// An entry point of a shared library (`vlad compile --lib`): the C function
     /// `vlad_NAME` calls it with the argument list boxed, catching a run-time error.
     Export { name: String },
+    /// The loop of a cycle of tail calls through several functions (`passes::carry`): their
+    /// bodies, as the cases of a switch on which of them runs, in one loop whose back edges
+    /// collect what they carry.
+    Merged { members: Vec<FuncId> },
     /// The explicit-stack machine of a deep recursive component (`passes::machines`).
     Machine(Rc<Machine>),
     /// The entry of member `member` of the machine `machine`, for native callers.
@@ -787,6 +803,11 @@ pub fn op_operands(op: &Op) -> Vec<&Operand> {
         Op::Field { obj, .. } => vec![obj],
         Op::Mark => vec![],
         Op::ReleaseCarrying { mark, arrays } => std::iter::once(mark).chain(arrays).collect(),
+        Op::Collect {
+            mark,
+            budget,
+            values,
+        } => [mark, budget].into_iter().chain(values).collect(),
         Op::MakeUnion { fields, .. } => fields.iter().collect(),
         Op::UnionField { value, .. } => vec![value],
     }
@@ -809,6 +830,14 @@ pub fn stmt_operands_mut(s: &mut Stmt) -> Vec<&mut Operand> {
             Op::ReleaseCarrying { mark, arrays } => {
                 std::iter::once(mark).chain(arrays.iter_mut()).collect()
             }
+            Op::Collect {
+                mark,
+                budget,
+                values,
+            } => [mark, budget]
+                .into_iter()
+                .chain(values.iter_mut())
+                .collect(),
             Op::MakeUnion { fields, .. } => fields.iter_mut().collect(),
             Op::UnionField { value, .. } => vec![value],
         },

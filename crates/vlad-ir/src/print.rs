@@ -41,6 +41,14 @@ pub fn function(p: &Program, id: FuncId) -> String {
             )
         }
         FuncKind::Export { name } => format!("; exported as vlad_{name}"),
+        FuncKind::Merged { members } => format!(
+            "; the loop of {}",
+            members
+                .iter()
+                .map(|f| p.func_name(*f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         FuncKind::Machine(m) => format!(
             "; the explicit-stack machine of {}",
             m.members
@@ -184,6 +192,16 @@ impl Printer<'_> {
                 "release {} carrying {}",
                 self.operand(mark),
                 self.operands(arrays)
+            ),
+            Op::Collect {
+                mark,
+                budget,
+                values,
+            } => format!(
+                "collect {} budget {} keeping {}",
+                self.operand(mark),
+                self.operand(budget),
+                self.operands(values)
             ),
             Op::MakeUnion {
                 variant, fields, ..

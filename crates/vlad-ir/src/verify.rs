@@ -9,7 +9,7 @@
 use crate::ir::*;
 use crate::liveness;
 use crate::rt::Ret;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// A verification error: the function and what is wrong.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +74,7 @@ fn verify_function(p: &Program, f: &Function) -> R {
         c.define(*v)?;
     }
     c.block(&f.body)?;
+    check_releases(f)?;
     if let FuncKind::Machine(m) = &f.kind {
         for mb in &m.members {
             if p.funcs.get(mb.func.0 as usize).is_none() {
@@ -83,6 +84,143 @@ fn verify_function(p: &Program, f: &Function) -> R {
         liveness::check_frames(f, m)?;
     }
     Ok(())
+}
+
+/// A release (`Release`, and `ReleaseCarrying` and `Collect`, which keep values) frees or
+/// moves every object allocated since its mark but those it keeps: every pointer live after it
+/// must be one of its results, or *older than the mark*: defined before the mark, and not
+/// assigned between the mark and the release (before the release in the rest of the mark's
+/// block, or anywhere in a loop there that holds the release too). Otherwise a variable could
+/// be left pointing at a freed or moved object.
+fn check_releases(f: &Function) -> R {
+    let mut any = false;
+    walk(&f.body, &mut |s| {
+        any |= matches!(
+            s,
+            Stmt::Let(_, Op::ReleaseCarrying { .. } | Op::Collect { .. }) | Stmt::Release(_)
+        );
+    });
+    if !any {
+        return Ok(());
+    }
+    let mut t = Numbering {
+        f,
+        next: 1,
+        loops: Vec::new(),
+        at: HashMap::new(),
+        defined: f.params.iter().map(|v| (*v, 0)).collect(),
+        sets: HashMap::new(),
+        marks: HashMap::new(),
+    };
+    t.block(&f.body);
+    let mut bad: Option<String> = None;
+    let mut observe = |s: &Stmt, live: &liveness::Live| {
+        let (results, mark): (&[Var], &Operand) = match s {
+            Stmt::Let(rs, Op::ReleaseCarrying { mark, .. } | Op::Collect { mark, .. }) => {
+                (rs, mark)
+            }
+            Stmt::Release(mark) => (&[], mark),
+            _ => return,
+        };
+        if bad.is_some() {
+            return;
+        }
+        let Some(m) = mark.var() else {
+            bad = Some("a release of a mark that is not a variable".into());
+            return;
+        };
+        let (Some(&(def, end)), Some((here, loops))) =
+            (t.marks.get(&m), t.at.get(&(s as *const Stmt)))
+        else {
+            bad = Some(format!("a release of {}, which no mark defines", f.name(m)));
+            return;
+        };
+        for v in live {
+            if results.contains(v) || !f.ty(*v).holds_pointer() {
+                continue;
+            }
+            let assigned = t.sets.get(v).is_some_and(|sets| {
+                sets.iter().any(|(i, ls)| {
+                    (def..=end).contains(i)
+                        && (i < here || ls.iter().any(|l| *l > def && loops.contains(l)))
+                })
+            });
+            let older = t.defined.get(v).is_some_and(|d| *d < def) && !assigned;
+            if !older {
+                bad = Some(format!(
+                    "{} is live after a release to {} that does not keep it",
+                    f.name(*v),
+                    f.name(m)
+                ));
+                return;
+            }
+        }
+    };
+    liveness::Liveness::new(&mut observe).block(&f.body, &liveness::Live::new());
+    bad.map_or(Ok(()), Err)
+}
+
+/// The statements of a function numbered in order (a statement before those nested in it),
+/// for `check_releases`.
+struct Numbering<'a> {
+    f: &'a Function,
+    next: usize,
+    /// The numbers of the loops around the statement being numbered.
+    loops: Vec<usize>,
+    /// Each statement's number and the loops around it.
+    at: HashMap<*const Stmt, (usize, Vec<usize>)>,
+    /// Where each variable is defined (the parameters at 0).
+    defined: HashMap<Var, usize>,
+    /// Where each variable is assigned, with the loops around.
+    sets: HashMap<Var, Vec<(usize, Vec<usize>)>>,
+    /// Where each mark is taken, and the last statement of the rest of its block.
+    marks: HashMap<Var, (usize, usize)>,
+}
+
+impl Numbering<'_> {
+    fn block(&mut self, b: &[Stmt]) {
+        let mut marks = Vec::new();
+        for s in b {
+            let i = self.next;
+            self.next += 1;
+            self.at.insert(s as *const Stmt, (i, self.loops.clone()));
+            let mut defs = stmt_defs(s);
+            // A machine member's parameters are defined as it starts.
+            if let (Stmt::Member { member, .. }, FuncKind::Machine(m)) = (s, &self.f.kind) {
+                if let Some(mb) = m.members.get(*member as usize) {
+                    defs.extend(mb.params.iter().copied());
+                }
+            }
+            for v in defs {
+                self.defined.entry(v).or_insert(i);
+            }
+            match s {
+                Stmt::Set(v, _) => self
+                    .sets
+                    .entry(*v)
+                    .or_default()
+                    .push((i, self.loops.clone())),
+                Stmt::Let(vs, Op::Mark) => marks.extend(vs.iter().map(|m| (*m, i))),
+                _ => {}
+            }
+            let looping = matches!(
+                s,
+                Stmt::Loop(_) | Stmt::For { .. } | Stmt::Build { .. } | Stmt::Ifold { .. }
+            );
+            if looping {
+                self.loops.push(i);
+            }
+            for c in children(s) {
+                self.block(c);
+            }
+            if looping {
+                self.loops.pop();
+            }
+        }
+        for (m, i) in marks {
+            self.marks.insert(m, (i, self.next - 1));
+        }
+    }
 }
 
 impl<'a> Checker<'a> {
@@ -615,6 +753,26 @@ impl<'a> Checker<'a> {
                     let ty = self.operand(a)?.ok_or("a null array carried")?;
                     if !ty.is_pointer_free_array() || ty != *t {
                         return Err(format!("a release carrying {ty}"));
+                    }
+                }
+                Ok(())
+            }
+            Op::Collect {
+                mark,
+                budget,
+                values,
+            } => {
+                self.expect(mark, &Ty::Mark, "a collection")?;
+                self.expect(budget, &Ty::I64, "a collection's budget")?;
+                if out.len() != values.len() + 1 || out.last() != Some(&Ty::I64) {
+                    return Err(
+                        "a collection defines each value it keeps, then the next budget".into(),
+                    );
+                }
+                for (x, t) in values.iter().zip(out) {
+                    let ty = self.operand(x)?.ok_or("a collection keeping null")?;
+                    if !ty.is_pointer() || ty != *t {
+                        return Err(format!("a collection keeping {ty} as {t}"));
                     }
                 }
                 Ok(())

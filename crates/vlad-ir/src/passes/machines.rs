@@ -49,10 +49,12 @@ pub fn run(p: &mut Program, max_size: usize) -> Stats {
     let mut stats = Stats::default();
     for mut scc in vlad_core::graph::tarjan(n, &calls) {
         scc.sort_unstable();
-        if !scc
-            .iter()
-            .all(|&i| matches!(p.funcs[i].kind, FuncKind::Specialised { .. }))
-        {
+        if !scc.iter().all(|&i| {
+            matches!(
+                p.funcs[i].kind,
+                FuncKind::Specialised { .. } | FuncKind::Merged { .. }
+            )
+        }) {
             continue;
         }
         let members: Vec<FuncId> = scc.iter().map(|&i| FuncId(i as u32)).collect();

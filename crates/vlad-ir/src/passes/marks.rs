@@ -73,7 +73,7 @@ fn allocates_itself(f: &Function) -> bool {
     walk(&f.body, &mut |s| match s {
         Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates => yes = true,
         Stmt::Let(_, Op::NewArray { .. } | Op::ArrayOf { .. }) | Stmt::Build { .. } => yes = true,
-        Stmt::Let(_, Op::ReleaseCarrying { .. }) => yes = true,
+        Stmt::Let(_, Op::ReleaseCarrying { .. } | Op::Collect { .. }) => yes = true,
         Stmt::MachineCall { .. } => yes = true,
         _ => {}
     });
