@@ -173,6 +173,7 @@ int main(void) {
       out[1] += sb;
       out[2] += sw;
     }
+    clobber();
   }
   print_list(3, out);
   return 0;

@@ -56,6 +56,11 @@ static double msum(const double *m, long rows, long cols) {
   return s;
 }
 
+/* An optimisation barrier, at the end of each repetition: the C compiler must assume that any
+   memory may have changed, so that it cannot hoist work that does not depend on the
+   repetition (the sum of the gradient of x.v, which is v) out of the repetition loop. */
+static inline void clobber(void) { __asm__ volatile("" ::: "memory"); }
+
 /* Finite differences: the step, and the error measure of one check (the largest difference
    relative to the largest derivative, at least 1). */
 #define FD_H 1e-6

@@ -198,6 +198,7 @@ int main(void) {
       out[3] += msum(gp.q, k, d);
       out[4] += msum(gp.l, k, g.tri);
     }
+    clobber();
   }
   print_list(mode == 1 ? 2 : 5, out);
   return 0;

@@ -91,6 +91,7 @@ int main(void) {
       out[1] += msum(g, k, d);
       out[2] += msum(h, k, d);
     }
+    clobber();
   }
   print_list(mode == 1 ? 2 : 3, out);
   return 0;

@@ -53,6 +53,7 @@ int main(void) {
       out[1] += vsum(g, d);
       out[2] += g[d - 1];
     }
+    clobber();
   }
   print_list(mode == 1 ? 2 : 3, out);
   return 0;

@@ -86,6 +86,7 @@ int main(void) {
       out[1] += msum(h, d, d);
       out[2] += h[d * d - 1];
     }
+    clobber();
   }
   print_list(mode == 1 ? 2 : 3, out);
   return 0;

@@ -68,6 +68,7 @@ int main(void) {
       out[1] += vdot(g, t, n);
       out[2] += g[n - 1];
     }
+    clobber();
   }
   print_list(mode == 1 ? 2 : 3, out);
   return 0;

@@ -61,7 +61,10 @@ int main(void) {
     if (op == 1) { /* dot */
       if (mode == 1) add_real(sum, vdot(x, v, n));
       else if (mode == 5) add_real(sum, vdot(w, v, n));
-      else add_vector(sum, v, n); /* the gradient is v; a vjp with 1 too */
+      else { /* the gradient is v; a vjp with 1 too */
+        memcpy(g, v, n * sizeof(double));
+        add_vector(sum, g, n);
+      }
     } else if (op == 2) { /* max */
       long k = argmax(x, n);
       if (mode == 1) add_real(sum, x[k]);
@@ -95,6 +98,7 @@ int main(void) {
         add_vector(sum, g, n);
       }
     }
+    clobber();
   }
   print_list(3, out);
   return 0;
