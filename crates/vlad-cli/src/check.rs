@@ -4,7 +4,9 @@
 //! program printed (its writes, then its value) is read back as data and compared with the
 //! expectation: numbers within 1e-10 absolute, everything else structurally. Expectations may be
 //! a datum, `(or e ...)`, `(error "regex")`, `(multiform p ... final)` or
-//! `(with-inputs (n ...) e)`.
+//! `(with-inputs (n ...) e)`. With `--print`, what each program printed goes to standard
+//! output too, so that one evaluation serves both the assertions and a comparison of the
+//! output (tests/native.rs does this for the examples that take long in the evaluator).
 
 use regex::Regex;
 use std::path::PathBuf;
@@ -133,6 +135,7 @@ pub fn check(
     include: &[PathBuf],
     max_steps: Option<u64>,
     engine: crate::Engine,
+    print: bool,
 ) -> u8 {
     let (sources, program, mut ev) = match crate::prepare(source, include, max_steps) {
         Ok(p) => p,
@@ -162,6 +165,11 @@ pub fn check(
                 Ok(v) => {
                     let mut text = buffer.borrow().clone();
                     text.push_str(&ev.render(&v));
+                    if print {
+                        if let Err(code) = crate::write_stdout(&format!("{text}\n")) {
+                            return code;
+                        }
+                    }
                     match read(u32::MAX - 1, &text) {
                         Ok(items) => Outcome::Printed(items),
                         Err(d) => Outcome::Failed(format!(

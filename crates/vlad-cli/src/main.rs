@@ -111,6 +111,10 @@ enum Command {
         /// How to run each assertion (see `vlad run --help`).
         #[arg(long, value_enum, default_value = "eval")]
         engine: Engine,
+        /// Also print what each expression's program printed (its writes, then its value, as
+        /// `vlad run` prints them), before the summary line.
+        #[arg(long)]
+        print: bool,
     },
 }
 
@@ -220,6 +224,7 @@ fn dispatch(cli: Cli) -> u8 {
             include,
             max_steps,
             engine,
+            print,
         } => {
             if engine == Engine::Native {
                 eprintln!(
@@ -230,7 +235,7 @@ fn dispatch(cli: Cli) -> u8 {
                 return 2;
             }
             match Source::read(&file) {
-                Ok(source) => check::check(&source, &include, max_steps, engine),
+                Ok(source) => check::check(&source, &include, max_steps, engine, print),
                 Err(code) => code,
             }
         }

@@ -480,6 +480,30 @@ fn check_passes_and_summarises() {
     );
 }
 
+/// `vlad check --print` prints what each expression's program printed, as `vlad run` prints it,
+/// before the summary (tests/native.rs compares it with native code's output).
+#[test]
+fn check_prints_what_the_programs_printed() {
+    let s = Scratch::new();
+    s.file(
+        "prog.vlad",
+        "(define (square x) (* x x))\n\
+         (square 3) ===> 9\n\
+         (list (write-real 2.5) #t) ===> (multiform 2.5 (2.5 #t))\n",
+    );
+    let o = vlad(&["check", "--print", "prog.vlad"], s.path(), "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    let run = vlad(&["run", "--interp", "prog.vlad"], s.path(), "");
+    assert_eq!(
+        o.stdout,
+        format!("{}2 passed, 0 failed\n", run.stdout),
+        "{}",
+        o.describe()
+    );
+    let quiet = vlad(&["check", "prog.vlad"], s.path(), "");
+    assert_eq!(quiet.stdout, "2 passed, 0 failed\n", "{}", quiet.describe());
+}
+
 #[test]
 fn check_reports_a_failing_assertion() {
     let s = Scratch::new();

@@ -59,11 +59,32 @@ const NATIVE: &[&str] = &[
     "tests/numeric/optimisers.vlad",
 ];
 
+/// The examples whose expectations (`===>`) this file checks, in the evaluator's run it compares
+/// native code with (`vlad check --print`: the assertions, and what the program printed), so
+/// that CI evaluates each of them once: they take minutes in the evaluator. tests/conformance.rs
+/// leaves them out of its `examples_directory`; keep its `CHECKED_WITH_NATIVE` the same.
+const CHECKED_WITH_NATIVE: &[&str] = &[
+    "examples/particle-FF.vlad",
+    "examples/particle-FR.vlad",
+    "examples/particle-RF.vlad",
+    "examples/particle-RR.vlad",
+    "examples/saddle-FF.vlad",
+    "examples/saddle-FR.vlad",
+    "examples/saddle-RF.vlad",
+    "examples/saddle-RR.vlad",
+];
+
 /// Not tried: `vlad run` runs this file in the evaluator, its C (73 MB) being larger than the
 /// size limit (`programs_too_large_to_compile_run_in_the_evaluator`); compiling it takes
 /// minutes. Compiled by `vlad compile -o`, it prints what the evaluator prints
 /// (docs/backend-c.md).
 const SKIPPED: &[&str] = &["tests/array/property.vlad"];
+
+/// C compiled at `-O1` (`VLAD_CFLAGS` comes after vlad's own flags): for the tests that compile
+/// many programs or large ones to test what they print, not how fast they run. The C compiler
+/// takes less time over them than at `-O3`, and no flag vlad passes lets it change a
+/// floating-point result.
+const QUICK_CC: (&str, &str) = ("VLAD_CFLAGS", "-O1");
 
 /// The setting that runs every call of a recursive component with non-tail calls in the
 /// component's explicit-stack machine, at any depth (crates/vlad-ir/src/passes/machines.rs).
@@ -169,7 +190,23 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
     let cache = tempfile::tempdir().expect("a cache directory");
     let cache = cache.path();
     let native = vlad(root, cache, &["run", rel]);
-    let eval = vlad(root, cache, &["run", "--interp", rel]);
+    let eval = if CHECKED_WITH_NATIVE.contains(&rel) {
+        let mut eval = vlad(root, cache, &["check", "--print", rel]);
+        // The last line is the summary of the assertions, which must all hold.
+        let out = String::from_utf8_lossy(&eval.stdout).into_owned();
+        let (printed, summary) = out.trim_end().rsplit_once('\n').unwrap_or(("", &out));
+        if !eval.status.success() || !summary.ends_with(" 0 failed") {
+            return Err(format!(
+                "{rel}: `vlad check` failed ({}):\n{out}{}",
+                eval.status,
+                String::from_utf8_lossy(&eval.stderr)
+            ));
+        }
+        eval.stdout = format!("{printed}\n").into_bytes();
+        eval
+    } else {
+        vlad(root, cache, &["run", "--interp", rel])
+    };
     let compiled = std::fs::read_dir(cache)
         .expect("the cache directory")
         .filter(|e| {
@@ -237,7 +274,9 @@ fn programs(root: &Path) -> Vec<String> {
 #[test]
 fn native_code_prints_what_the_evaluator_prints() {
     let root = repo_root();
-    let files = programs(&root);
+    let mut files = programs(&root);
+    // The longest first, so that the workers finish together.
+    files.sort_by_key(|f| !CHECKED_WITH_NATIVE.contains(&f.as_str()));
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(String, Result<bool, String>)>> = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -325,6 +364,7 @@ fn programs_split_into_units_print_what_the_evaluator_prints() {
             .current_dir(&root)
             .env("VLAD_C_UNITS", "3")
             .env("VLAD_C_DEBUG", "1")
+            .envs([QUICK_CC])
             .output()
             .expect("run vlad");
         let err = String::from_utf8_lossy(&c.stderr);
@@ -1045,7 +1085,13 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         // Both engines read the same numerals, spelled every way the reader allows: the C
         // runtime's reader of numbers against the evaluator's.
         let input = vlad_random::input(&mut numerals, 4000);
-        let native = vlad_reading(&root, cache.path(), &[], &["run", "-I", lib, &file], &input);
+        let native = vlad_reading(
+            &root,
+            cache.path(),
+            &[QUICK_CC],
+            &["run", "-I", lib, &file],
+            &input,
+        );
         let eval = vlad_reading(
             &root,
             cache.path(),
@@ -1056,7 +1102,7 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
         let machine = vlad_reading(
             &root,
             cache.path(),
-            &[MACHINES_ONLY, COLLECT_OFTEN],
+            &[MACHINES_ONLY, COLLECT_OFTEN, QUICK_CC],
             &["run", "-I", lib, &file],
             &input,
         );
