@@ -410,7 +410,13 @@ impl Analysis<'_> {
                 Some(f) => f,
                 None => return self.fail(format!("`{}` has no reverse version", q.name())),
             },
+            // (A perturbed one-hot tagged again is computed, as compiled code computes it: only
+            // the one level of perturbation that `bundle` meets is kept lazy.)
             Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => {
+                let m = self.force(v)?;
+                self.tag(&m, tag)?
+            }
+            Av::Tagged(Tag::Perturbation, x) if matches!(**x, Av::OneHot(..)) => {
                 let m = self.force(v)?;
                 self.tag(&m, tag)?
             }

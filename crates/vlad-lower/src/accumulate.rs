@@ -115,6 +115,11 @@ impl Lowerer<'_, '_> {
                 let d = self.materialize_onehot(v, true)?;
                 return self.coerce(d, &to);
             }
+            // A forward array (two arrays, soa.rs) is never added into in place (below), so
+            // it needs no copy of its own.
+            Av::Array(..) if crate::soa::soa_parts(&v.av).is_some() => {
+                return self.coerce(v.clone(), &to);
+            }
             Av::Array(_, _, e) => {
                 let Av::Array(_, _, te) = &to else {
                     return self.unsupported("internal: an array densified to another value");
@@ -172,6 +177,9 @@ impl Lowerer<'_, '_> {
         if image == Av::Bottom {
             return self.unsupported("internal: an accumulation that fails");
         }
+        // A forward array is two arrays (soa.rs), which the in-place addition below does not
+        // handle: it is added as `plus` adds, into a new one.
+        let soa = crate::soa::soa_parts(&a.av).is_some() || crate::soa::soa_parts(&b.av).is_some();
         let v = match (&a.av, &b.av) {
             (Av::Zero(_), _) => self.densify_copy(b)?,
             (Av::OrZero(..), _) => {
@@ -196,7 +204,7 @@ impl Lowerer<'_, '_> {
                 })?
             }
             (Av::Array(..), Av::OneHot(..)) | (Av::Array(..), Av::Array(..))
-                if matches!(image, Av::Array(..)) =>
+                if !soa && matches!(image, Av::Array(..)) =>
             {
                 self.accumulate_in_place(a, b, &image)?
             }

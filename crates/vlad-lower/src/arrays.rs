@@ -439,17 +439,17 @@ impl Lowerer<'_, '_> {
         })
     }
 
-    /// `(ifold f init n)`: the count checked, then the accumulator, in the layout of the
-    /// analysis's fixpoint `out`, threaded through `f` called on 0, 1, ... in order.
-    pub(crate) fn ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
-        let Some((f, rest)) = self.two(&a, site)? else {
-            return self.unsupported("`ifold` of an argument that is not a list");
+    /// The procedure, the initial accumulator and the count (a real) of `ifold` or
+    /// `%ifold-tape` (`name`), the count checked as the evaluator's `ifold` checks it.
+    fn ifold_args(&mut self, a: &Val, site: i64, name: &str) -> R<(Val, Val, Operand)> {
+        let Some((f, rest)) = self.two(a, site)? else {
+            return self.unsupported(format!("`{name}` of an argument that is not a list"));
         };
         let Some((init, n)) = self.two(&rest, site)? else {
-            return self.unsupported("`ifold` of an argument that is not a list");
+            return self.unsupported(format!("`{name}` of an argument that is not a list"));
         };
         let Some(nx) = Self::real_expr(&n) else {
-            return self.unsupported("`ifold` whose count is not a real");
+            return self.unsupported(format!("`{name}` whose count is not a real"));
         };
         self.rt_effect(
             Rt::CheckCount,
@@ -460,6 +460,13 @@ impl Lowerer<'_, '_> {
                 nx.clone(),
             ],
         );
+        Ok((f, init, nx))
+    }
+
+    /// `(ifold f init n)`: the count checked, then the accumulator, in the layout of the
+    /// analysis's fixpoint `out`, threaded through `f` called on 0, 1, ... in order.
+    pub(crate) fn ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+        let (f, init, nx) = self.ifold_args(&a, site, "ifold")?;
         let init = self.coerce(init, out)?;
         if *t == Target::Unreachable {
             return Ok(init);
@@ -506,15 +513,7 @@ impl Lowerer<'_, '_> {
     /// (the tape the reverse `ifold` sweeps). `out` is the analysis's pair of the accumulator's
     /// fixpoint and the array.
     pub(crate) fn ifold_tape(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
-        let Some((f, rest)) = self.two(&a, site)? else {
-            return self.unsupported("`%ifold-tape` of an argument that is not a list");
-        };
-        let Some((init, n)) = self.two(&rest, site)? else {
-            return self.unsupported("`%ifold-tape` of an argument that is not a list");
-        };
-        let Some(nx) = Self::real_expr(&n) else {
-            return self.unsupported("`%ifold-tape` whose count is not a real");
-        };
+        let (f, init, nx) = self.ifold_args(&a, site, "%ifold-tape")?;
         let Av::Pair(_, acc_av, arr_av) = out else {
             if std::env::var_os("VLAD_C_DEBUG").is_some() {
                 eprintln!("%ifold-tape gives {out:?}");
@@ -525,15 +524,6 @@ impl Lowerer<'_, '_> {
         let Some(e) = Self::untagged_elem(&arr_av).cloned() else {
             return self.unsupported("internal: `%ifold-tape` that gives no array");
         };
-        self.rt_effect(
-            Rt::CheckCount,
-            vec![
-                Operand::I64(site),
-                Operand::Str("ifold".into()),
-                Operand::Str("count".into()),
-                nx.clone(),
-            ],
-        );
         let init = self.coerce(init, &acc_av)?;
         let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx));
         let ty = self.array_ty(&e)?;

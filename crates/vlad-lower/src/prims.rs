@@ -281,13 +281,15 @@ impl Lowerer<'_, '_> {
         };
         if lazy {
             let image = self.prim_result(p, &a.av)?;
-            return self.coerce(
-                Val {
-                    av: image,
-                    leaves: a.leaves,
-                },
-                out,
-            );
+            // The primal or the tangent of two one-hots bundled is one of them.
+            let leaves = match &a.av {
+                Av::Bundle(x, y) => {
+                    let mut parts = self.split(&[x, y], &a.leaves)?;
+                    parts.swap_remove(usize::from(p == Prim::Tangent))
+                }
+                _ => a.leaves,
+            };
+            return self.coerce(Val { av: image, leaves }, out);
         }
         let a = self.force(a)?;
         // `plus` and `zero` of boxed closures keep their codes (the runtime maps their
@@ -307,6 +309,9 @@ impl Lowerer<'_, '_> {
                     Rt::AdShallowPrimal,
                     vec![a.leaves[0].clone()],
                 )],
+                // A forward array with its tag removed is an array of forward elements: the
+                // two arrays zipped into one (soa.rs).
+                Av::Array(..) if crate::soa::soa_parts(&a.av).is_some() => vec![self.flat_of(&a)?],
                 _ => a.leaves,
             },
             Prim::Primal | Prim::Tangent => self.split_forward(&a, p == Prim::Tangent)?,
