@@ -224,7 +224,12 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
     let (nout, nerr) = text(&native);
     let (eout, eerr) = text(&eval);
     // Every call of a deep recursive component in its explicit-stack machine (passes/machines.rs).
-    let machine = vlad_env(root, cache, &[MACHINES_ONLY, COLLECT_OFTEN], &["run", rel]);
+    let machine = vlad_env(
+        root,
+        cache,
+        &[MACHINES_ONLY, COLLECT_OFTEN, QUICK_CC],
+        &["run", rel],
+    );
     let (mout, merr) = text(&machine);
     if !same_output(&mout, &eout) || merr != eerr || machine.status.code() != eval.status.code() {
         return Err(format!(
