@@ -37,16 +37,21 @@ pub fn setting_globals(p: &Program) -> HashSet<FuncId> {
     })
 }
 
-/// The functions that add into an array in place (`%accumulate`, whose code asks the runtime
-/// whether the array is its own: `vl_acc_owned`), and those that call one of them.
+/// The functions that add into an array in place themselves (`%accumulate`, whose code asks
+/// the runtime whether the array is its own: `vl_acc_owned`): the steps of reverse sweeps,
+/// whose loops must not move the array they add into. Not their callers: a loop whose step
+/// takes a gradient (gradient descent) adds only into arrays the gradient's sweep makes, and
+/// must release what each step allocated like any other loop.
 pub fn accumulating(p: &Program) -> HashSet<FuncId> {
-    closure_over_callers(p, |f| {
-        let mut yes = false;
-        walk(&f.body, &mut |s| {
-            yes |= matches!(s, Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)))
-        });
-        yes
-    })
+    p.ids()
+        .filter(|id| {
+            let mut yes = false;
+            walk(&p.func(*id).body, &mut |s| {
+                yes |= matches!(s, Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)))
+            });
+            yes
+        })
+        .collect()
 }
 
 /// The functions for which `own` holds, and those that call one of them.
