@@ -1,7 +1,7 @@
 //! The programs of the array-gradient benchmark (benches/array-ad/, issues 21 and 22) at small
 //! sizes: each C baseline's hand-written derivatives against central differences of its own
-//! primal (its mode 9), and the evaluator's output (`vlad run --interp`) against the C
-//! baseline's, in every mode. The native code and the benchmark sizes are checked by
+//! primal (its mode 9), and the evaluator's output (`vlad run --interp`) and native code's
+//! against the C baseline's, in every mode. The benchmark sizes are checked by
 //! benches/array-ad/validate.sh and run.sh, which take minutes.
 
 use std::io::Write;
@@ -63,8 +63,9 @@ fn build_c(dir: &Path, name: &str) -> PathBuf {
     exe
 }
 
-/// The finite-difference checks (`sizes 9 0`) of the C baseline `name`, then the evaluator
-/// against the C baseline at `sizes` in each of `modes`, two repetitions each.
+/// The finite-difference checks (`sizes 9 0`) of the C baseline `name`, then the evaluator and
+/// the program compiled to native code against the C baseline at `sizes` in each of `modes`,
+/// two repetitions each.
 fn check(name: &str, fd_sizes: &[&str], sizes: &str, modes: &[u32]) {
     let dir = tempfile::tempdir().expect("a directory");
     let exe = build_c(dir.path(), name);
@@ -88,22 +89,44 @@ fn check(name: &str, fd_sizes: &[&str], sizes: &str, modes: &[u32]) {
         );
     }
     let file = bench_dir().join(format!("{name}.vlad"));
+    // The program compiled to native code too (C at -O1: what it prints, not how fast).
+    let native = dir.path().join(format!("{name}.vlad.exe"));
+    let compiled = Command::new(env!("CARGO_BIN_EXE_vlad"))
+        .arg("compile")
+        .arg(&file)
+        .arg("-o")
+        .arg(&native)
+        .env("VLAD_CACHE_DIR", dir.path().join("cache"))
+        .env("VLAD_CFLAGS", "-O1")
+        .output()
+        .expect("run vlad compile");
+    assert!(
+        compiled.status.success(),
+        "vlad compile {name}.vlad: {}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
     for mode in modes {
         let input = format!("{sizes} {mode} 2");
+        let want = numbers(&format!("c/{name}.c"), Command::new(&exe), &input);
         let mut eval = Command::new(env!("CARGO_BIN_EXE_vlad"));
         eval.arg("run").arg("--interp").arg(&file);
-        let got = numbers(&format!("{name}.vlad (evaluator)"), eval, &input);
-        let want = numbers(&format!("c/{name}.c"), Command::new(&exe), &input);
-        assert_eq!(
-            got.len(),
-            want.len(),
-            "{name} <<< {input}: {got:?} against C's {want:?}"
-        );
-        for (a, b) in got.iter().zip(&want) {
-            assert!(
-                (a - b).abs() <= 1e-8 * (a.abs() + b.abs()).max(1.0),
-                "{name} <<< {input}: {got:?} against C's {want:?}"
+        let evaluated = numbers(&format!("{name}.vlad (evaluator)"), eval, &input);
+        // Collecting at every loop's back edge (VLAD_GC_MIN_BYTES=0), as at large sizes.
+        let mut run = Command::new(&native);
+        run.env("VLAD_GC_MIN_BYTES", "0");
+        let compiled = numbers(&format!("{name}.vlad (native)"), run, &input);
+        for (engine, got) in [("evaluator", evaluated), ("native code", compiled)] {
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "{name} <<< {input}: the {engine} gives {got:?} against C's {want:?}"
             );
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-8 * (a.abs() + b.abs()).max(1.0),
+                    "{name} <<< {input}: the {engine} gives {got:?} against C's {want:?}"
+                );
+            }
         }
     }
 }

@@ -37,13 +37,42 @@ pub fn setting_globals(p: &Program) -> HashSet<FuncId> {
     })
 }
 
-/// The functions that add into an array in place themselves (`%accumulate`, whose code asks
-/// the runtime whether the array is its own: `vl_acc_owned`): the steps of reverse sweeps,
-/// whose loops must not move the array they add into. Not their callers: a loop whose step
-/// takes a gradient (gradient descent) adds only into arrays the gradient's sweep makes, and
-/// must release what each step allocated like any other loop.
+/// The functions that add into an array they may have received in place (`%accumulate`,
+/// whose code asks the runtime whether the array is its own: `vl_acc_owned`): those that do
+/// it themselves, and those that call one of them other than from an `ifold`'s step. A loop
+/// whose step calls one must not move its accumulator (the step adds into it in place: the
+/// reverse sweep's step, and its forward version, which adds through a helper). A function that
+/// runs such a loop makes the array the loop adds into, so its callers do not add into
+/// theirs: a loop whose step takes a gradient (gradient descent) releases what each step
+/// allocated like any other loop.
 pub fn accumulating(p: &Program) -> HashSet<FuncId> {
-    p.ids()
+    fn calls_outside_ifolds(block: &[Stmt], out: &mut Vec<FuncId>) {
+        for s in block {
+            match s {
+                Stmt::Ifold { .. } => continue,
+                Stmt::Let(_, Op::Call { func, guard, .. }) => {
+                    out.push(*func);
+                    out.extend(*guard);
+                }
+                Stmt::TailCall { func, .. } => out.push(*func),
+                _ => {}
+            }
+            for b in children(s) {
+                calls_outside_ifolds(b, out);
+            }
+        }
+    }
+    let calls: Vec<Vec<FuncId>> = p
+        .funcs
+        .iter()
+        .map(|f| {
+            let mut out = Vec::new();
+            calls_outside_ifolds(&f.body, &mut out);
+            out
+        })
+        .collect();
+    let mut out: HashSet<FuncId> = p
+        .ids()
         .filter(|id| {
             let mut yes = false;
             walk(&p.func(*id).body, &mut |s| {
@@ -51,7 +80,18 @@ pub fn accumulating(p: &Program) -> HashSet<FuncId> {
             });
             yes
         })
-        .collect()
+        .collect();
+    loop {
+        let before = out.len();
+        for id in p.ids() {
+            if !out.contains(&id) && calls[id.0 as usize].iter().any(|c| out.contains(c)) {
+                out.insert(id);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
 }
 
 /// The functions for which `own` holds, and those that call one of them.
