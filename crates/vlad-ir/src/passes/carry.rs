@@ -555,7 +555,12 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
         // step allocated: nothing may be released. One that accumulates in place must not
         // move its accumulator.
         let mut keep = false;
-        walk(body, &mut |x| keep |= matches!(x, Stmt::Store { .. }));
+        walk(body, &mut |x| {
+            keep |= matches!(
+                x,
+                Stmt::Store { .. } | Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _))
+            )
+        });
         if keep || callees(body).iter().any(|c| accumulating.contains(c)) {
             return vec![s];
         }
