@@ -6,6 +6,8 @@
 //! run in parallel; one that runs past `VLAD_CHECK_TIMEOUT_SECS` (default 600) is killed and
 //! counts as failed.
 
+mod common;
+use common::CHECKED_WITH_NATIVE;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -154,20 +156,7 @@ fn tests_directory() {
     check_all("tests", &["tests/fixtures"]);
 }
 
-/// The examples that take minutes in the evaluator: tests/native.rs checks them (`vlad check
-/// --print`), in the evaluation whose output it compares with their native code's, so that CI
-/// evaluates each of them once. Keep this list and `CHECKED_WITH_NATIVE` there the same.
-const CHECKED_WITH_NATIVE: &[&str] = &[
-    "examples/particle-FF.vlad",
-    "examples/particle-FR.vlad",
-    "examples/particle-RF.vlad",
-    "examples/particle-RR.vlad",
-    "examples/saddle-FF.vlad",
-    "examples/saddle-FR.vlad",
-    "examples/saddle-RF.vlad",
-    "examples/saddle-RR.vlad",
-];
-
+/// Every example but those tests/native.rs checks (`common::CHECKED_WITH_NATIVE`).
 #[test]
 fn examples_directory() {
     check_all("examples", CHECKED_WITH_NATIVE);

@@ -6,6 +6,8 @@
 //! to the evaluator fails here; the others are listed in the test's output with the reason the
 //! compiler gave.
 
+mod common;
+use common::CHECKED_WITH_NATIVE;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,21 +59,6 @@ const NATIVE: &[&str] = &[
     "tests/conformance/special-forms.vlad",
     "tests/numeric/helpers.vlad",
     "tests/numeric/optimisers.vlad",
-];
-
-/// The examples whose expectations (`===>`) this file checks, in the evaluator's run it compares
-/// native code with (`vlad check --print`: the assertions, and what the program printed), so
-/// that CI evaluates each of them once: they take minutes in the evaluator. tests/conformance.rs
-/// leaves them out of its `examples_directory`; keep its `CHECKED_WITH_NATIVE` the same.
-const CHECKED_WITH_NATIVE: &[&str] = &[
-    "examples/particle-FF.vlad",
-    "examples/particle-FR.vlad",
-    "examples/particle-RF.vlad",
-    "examples/particle-RR.vlad",
-    "examples/saddle-FF.vlad",
-    "examples/saddle-FR.vlad",
-    "examples/saddle-RF.vlad",
-    "examples/saddle-RR.vlad",
 ];
 
 /// Not tried: `vlad run` runs this file in the evaluator, its C (73 MB) being larger than the

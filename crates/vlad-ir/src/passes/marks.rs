@@ -71,32 +71,27 @@ pub fn accumulating(p: &Program) -> HashSet<FuncId> {
             out
         })
         .collect();
-    let mut out: HashSet<FuncId> = p
-        .ids()
-        .filter(|id| {
-            let mut yes = false;
-            walk(&p.func(*id).body, &mut |s| {
-                yes |= matches!(s, Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)))
-            });
-            yes
-        })
-        .collect();
-    loop {
-        let before = out.len();
-        for id in p.ids() {
-            if !out.contains(&id) && calls[id.0 as usize].iter().any(|c| out.contains(c)) {
-                out.insert(id);
-            }
-        }
-        if out.len() == before {
-            return out;
-        }
-    }
+    closure_over(p, &calls, |f| {
+        let mut yes = false;
+        walk(&f.body, &mut |s| {
+            yes |= matches!(s, Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)))
+        });
+        yes
+    })
 }
 
 /// The functions for which `own` holds, and those that call one of them.
 fn closure_over_callers(p: &Program, own: impl Fn(&Function) -> bool) -> HashSet<FuncId> {
     let calls: Vec<Vec<FuncId>> = p.funcs.iter().map(|f| callees(&f.body)).collect();
+    closure_over(p, &calls, own)
+}
+
+/// The functions for which `own` holds, and those that make one of their `calls` to them.
+fn closure_over(
+    p: &Program,
+    calls: &[Vec<FuncId>],
+    own: impl Fn(&Function) -> bool,
+) -> HashSet<FuncId> {
     let mut out: HashSet<FuncId> = p.ids().filter(|id| own(p.func(*id))).collect();
     loop {
         let before = out.len();

@@ -1,0 +1,16 @@
+//! What more than one test file of vlad-cli needs.
+
+/// The examples that take minutes in the evaluator, evaluated once in CI: tests/native.rs checks
+/// their expectations (`===>`) in the evaluator's run it compares native code with (`vlad check
+/// --print`: the assertions, and what the program printed), and tests/conformance.rs leaves
+/// them out of its `examples_directory`.
+pub const CHECKED_WITH_NATIVE: &[&str] = &[
+    "examples/particle-FF.vlad",
+    "examples/particle-FR.vlad",
+    "examples/particle-RF.vlad",
+    "examples/particle-RR.vlad",
+    "examples/saddle-FF.vlad",
+    "examples/saddle-FR.vlad",
+    "examples/saddle-RF.vlad",
+    "examples/saddle-RR.vlad",
+];
