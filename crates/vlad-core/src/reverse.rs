@@ -52,8 +52,9 @@ pub fn pattern_tags(p: &Pattern) -> Tags {
     }
 }
 
-/// The zero sensitivity of a constant (before the sensitivity tag).
-fn zero_datum(d: &Datum) -> Datum {
+/// The zero of a constant, its reals 0 (what `zero` gives): the zero sensitivity of a
+/// constant, before the sensitivity tag.
+pub fn zero_datum(d: &Datum) -> Datum {
     match d {
         Datum::Real(_) => Datum::Real(0.0),
         Datum::Pair(p) => Datum::Pair(Rc::new((zero_datum(&p.0), zero_datum(&p.1)))),

@@ -696,7 +696,7 @@ impl Lowerer<'_, '_> {
                 let rest = tags.pop();
                 let mut out = self.datum_leaves(d, rest, &p)?;
                 let tangent = rest.push(vlad_core::Tag::Perturbation).expect("same depth");
-                out.extend(self.datum_leaves(&zero_datum(d), tangent, &q)?);
+                out.extend(self.datum_leaves(&vlad_core::reverse::zero_datum(d), tangent, &q)?);
                 return Ok(out);
             }
         }
@@ -1029,16 +1029,6 @@ impl Lowerer<'_, '_> {
             av: out.clone(),
             leaves: vec![self.rt(Ty::Boxed, Rt::ArrayToListRev, vec![Operand::I64(site), b])],
         })
-    }
-}
-
-/// The zero of a constant: its reals 0 (what `zero` gives).
-fn zero_datum(d: &Datum) -> Datum {
-    match d {
-        Datum::Real(_) => Datum::Real(0.0),
-        Datum::Pair(p) => Datum::Pair(Rc::new((zero_datum(&p.0), zero_datum(&p.1)))),
-        Datum::Array(a) => Datum::Array(a.iter().map(zero_datum).collect()),
-        other => other.clone(),
     }
 }
 

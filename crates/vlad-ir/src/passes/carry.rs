@@ -319,7 +319,7 @@ fn keep_pointers(
         out.push(Stmt::Release(Operand::Var(entry)));
         return;
     }
-    let mut results: Vec<Var> = kept
+    let results: Vec<Var> = kept
         .iter()
         .map(|&i| {
             let ty = vars[args[i].var().expect("a variable").0 as usize]
@@ -332,12 +332,25 @@ fn keep_pointers(
     for (&i, c) in kept.iter().zip(&results) {
         args[i] = Operand::Var(*c);
     }
+    push_collect(out, vars, entry, gc, results, values);
+}
+
+/// A collection (`Collect`) above `mark` that keeps `values` in `results`, its budget `gc`
+/// updated after it.
+fn push_collect(
+    out: &mut Vec<Stmt>,
+    vars: &mut Vec<VarInfo>,
+    mark: Var,
+    gc: Var,
+    mut results: Vec<Var>,
+    values: Vec<Operand>,
+) {
     let next = fresh_var(vars, Ty::I64, "gc");
     results.push(next);
     out.push(Stmt::Let(
         results,
         Op::Collect {
-            mark: Operand::Var(entry),
+            mark: Operand::Var(mark),
             budget: Operand::Var(gc),
             values,
         },
@@ -460,20 +473,7 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>], a
                 .collect();
             let values: Vec<Operand> = kept.iter().map(|&j| args[j].clone()).collect();
             match budget.filter(|_| collect) {
-                Some(gc) => {
-                    let next = fresh_var(&mut vars, Ty::I64, "gc");
-                    let mut results = copies.clone();
-                    results.push(next);
-                    out.push(Stmt::Let(
-                        results,
-                        Op::Collect {
-                            mark: Operand::Var(entry),
-                            budget: Operand::Var(gc),
-                            values,
-                        },
-                    ));
-                    out.push(Stmt::Set(gc, Operand::Var(next)));
-                }
+                Some(gc) => push_collect(&mut out, &mut vars, entry, gc, copies.clone(), values),
                 None => out.push(Stmt::Let(
                     copies.clone(),
                     Op::ReleaseCarrying {
@@ -582,20 +582,9 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
             ));
         } else {
             let gc = fresh_var(vars, Ty::I64, "gc");
-            let after = fresh_var(vars, Ty::I64, "gc");
             out.push(Stmt::Declare(vec![gc]));
             out.push(Stmt::Set(gc, Operand::I64(0)));
-            let mut results = copies.clone();
-            results.push(after);
-            body.push(Stmt::Let(
-                results,
-                Op::Collect {
-                    mark: Operand::Var(m),
-                    budget: Operand::Var(gc),
-                    values,
-                },
-            ));
-            body.push(Stmt::Set(gc, Operand::Var(after)));
+            push_collect(body, vars, m, gc, copies.clone(), values);
         }
         for (&j, c) in carried.iter().zip(copies) {
             next[j] = Operand::Var(c);
