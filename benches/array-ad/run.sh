@@ -25,6 +25,7 @@
 #   VLAD      the vlad binary (default target/release/vlad, built if missing)
 #   SIZES     full (default; about an hour on an idle 2-core machine) or small (minutes)
 #   PROBLEMS  the problems to run (default: lse micro llsq logreg kmeans gmm ba)
+#   MODES     the modes to run (default: all; MODES=1 the primals only)
 #   REPS      timed runs per side and case (default 5)
 #   TARGET    seconds (CPU) a timed run should take beyond its set-up (default 0.5)
 #   TIMEOUT   seconds per run (default 120)
@@ -37,6 +38,7 @@ cd "$HERE/../.."
 VLAD=${VLAD:-target/release/vlad}
 SIZES=${SIZES:-full}
 PROBLEMS=${PROBLEMS:-"lse micro llsq logreg kmeans gmm ba"}
+MODES=${MODES:-"1 2 3 4 5 6 7 8 9"}
 REPS=${REPS:-5}
 TARGET=${TARGET:-0.5}
 TIMEOUT=${TIMEOUT:-120}
@@ -334,6 +336,7 @@ declare -a C_P C_ARGS C_LABEL C_SCALE C_MODE C_TARGET C_FIXED
 while IFS='|' read -r p args label scale mode target fixed; do
   [ -z "$p" ] && continue
   case " $PROBLEMS " in *" $p "*) ;; *) continue ;; esac
+  case " $MODES " in *" $mode "*) ;; *) continue ;; esac
   C_P[NCASES]=$p C_ARGS[NCASES]=$args C_LABEL[NCASES]=$label C_SCALE[NCASES]=$scale
   C_MODE[NCASES]=$mode C_TARGET[NCASES]=$target C_FIXED[NCASES]=$fixed
   NCASES=$((NCASES + 1))

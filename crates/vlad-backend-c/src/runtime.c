@@ -625,6 +625,12 @@ static inline long vl_index(int site, double r, long n) {
   vl_index_fail(site, r, n);
   return 0;
 }
+/* vl_index of an index that is an integer already (a loop's counter, a constant). */
+static inline long vl_index_i(int site, long i, long n) {
+  if ((unsigned long)i < (unsigned long)n) return i;
+  vl_index_fail(site, (double)i, n);
+  return 0;
+}
 /* `get` and `array-length` of a boxed value (a VL_ARRAY, else the evaluator's error). */
 static void vl_not_array(int site, const char *op, V a) {
   vl_buf b = {0, 0, 0};

@@ -599,6 +599,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("reverse-loop", "7\n"),
     ("forward-build", "4\n"),
     ("array-lengths", "5\n"),
+    ("array-dot", "4\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

@@ -1289,6 +1289,15 @@ fn compiled_errors_match_the_evaluator() {
             "element.vlad",
             "(build (real 4) (lambda (i) (if (< i 2) (write-real i) (* i #f))))\n",
         ),
+        // A fold over one array's length reading a shorter one (the IR's `simplify` and
+        // `version`: the loop whose check fails is the one that keeps it), and its output
+        // before the failure.
+        (
+            "shorter.vlad",
+            "(define (dot u v) (ifold (lambda (s i) (+ s (write-real (* (get u i) (get v i))))) 0 (array-length u)))\n\
+             (dot (build (real 3) (lambda (i) i)) (build (real 3) (lambda (i) 2)))\n\
+             (dot (build (real 4) (lambda (i) i)) (build (real 2) (lambda (i) 2)))\n",
+        ),
         // Forward arrays: a forward `build` whose length is negative or too large (the
         // message describes the forward length whole), and `bundle` and `plus` of arrays of
         // different lengths.

@@ -137,6 +137,8 @@ runtime! {
     CountFail => "vl_count_fail", [I64, Str, Str, F64, Ptr], None, FAIL;
     /// An index checked against a length.
     Index => "vl_index", [I64, F64, I64], I64, CHECK;
+    /// An integer index checked against a length (the same errors as `Index`).
+    IndexI64 => "vl_index_i", [I64, I64, I64], I64, CHECK;
     /// A boxed index checked to be a real.
     IndexReal => "vl_index_real", [I64, Ptr], F64, CHECK;
     BoxedGet => "vl_boxed_get", [I64, Ptr, F64], Boxed, ALLOC_CHECK;

@@ -645,3 +645,266 @@ fn a_call_that_sets_globals_is_never_marked() {
     assert!(!text.contains("mark"), "{text}");
     assert!(!text.contains("release"), "{text}");
 }
+
+/// `f1(e, u: array(f64), acc, r: f64) -> f64`: `acc + (get e r) - (get u r)`, each `get`
+/// checking its real index as the lowering writes it; and `f0(a, b)`, the `ifold` over the
+/// length of `a` whose step is `f1(a, b, acc, i)`.
+fn fold_of_gets() -> Program {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let e = b.named_var(arr.clone(), "e".into());
+    let u = b.named_var(arr.clone(), "u".into());
+    let acc = b.named_var(Ty::F64, "acc".into());
+    let r = b.named_var(Ty::F64, "r".into());
+    let get = |b: &mut Builder, site: u32, a: Var| {
+        b.push(Stmt::Site(site));
+        let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+        let k = b.let1(
+            Ty::I64,
+            "k",
+            Op::Rt(
+                Rt::Index,
+                vec![Operand::I64(site as i64), Operand::Var(r), Operand::Var(n)],
+            ),
+        );
+        b.let1(
+            Ty::F64,
+            "x",
+            Op::Load {
+                array: Operand::Var(a),
+                index: Operand::Var(k),
+                slot: 0,
+            },
+        )
+    };
+    let x = get(&mut b, 1, e);
+    let y = get(&mut b, 2, u);
+    b.push(Stmt::Site(3));
+    let d = b.let1(
+        Ty::F64,
+        "d",
+        Op::Binary(BinOp::FSub, Operand::Var(x), Operand::Var(y)),
+    );
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(d)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let step = b.finish(spec(1), vec![e, u, acc, r], layout(&[Ty::F64]));
+
+    let mut b = Builder::new();
+    let a0 = b.named_var(arr.clone(), "a0".into());
+    let a1 = b.named_var(arr, "a1".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a0)));
+    let c = b.let1(Ty::F64, "c", Op::Unary(UnOp::I64ToF64, Operand::Var(n)));
+    b.effect(Op::Rt(
+        Rt::CheckCount,
+        vec![
+            Operand::I64(4),
+            Operand::Str("ifold".into()),
+            Operand::Str("count".into()),
+            Operand::Var(c),
+        ],
+    ));
+    let count = b.let1(Ty::I64, "count", Op::Unary(UnOp::F64ToI64, Operand::Var(c)));
+    let acc = b.var(Ty::F64, "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![a0, a1, acc, r].into_iter().map(Operand::Var).collect(),
+            guard: None,
+        },
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![acc],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(count),
+        index: i,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let main = b.finish(spec(0), vec![a0, a1], layout(&[Ty::F64]));
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    Program {
+        sites: vec![site; 5],
+        ..program(vec![main, step])
+    }
+}
+
+#[test]
+fn inlining_a_step_lets_the_loop_prove_its_index_checks() {
+    let mut p = fold_of_gets();
+    verify(&p).unwrap();
+    passes::inline::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("call f1"), "{text}");
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The count is the length itself: no check, no round trip through a real.
+    assert!(!text.contains("vl_check_count"), "{text}");
+    assert!(!text.contains("i64tof64"), "{text}");
+    assert!(text.contains("count n"), "{text}");
+    // `get a0 i` is proved by the loop (its count is a0's length); `get a1 i` is not (a1 may be
+    // shorter) and is checked as an integer.
+    assert!(!text.contains("vl_index("), "{text}");
+    assert_eq!(text.matches("rt vl_index_i(2i, i").count(), 1, "{text}");
+    // The length of a1 does not change in the loop: it is taken once, before it.
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("= length a1") < at("= ifold"), "{text}");
+    // After the loops are lowered, the loop runs in two versions: a1 long enough, no check.
+    let mut lowered = p.clone();
+    passes::loops::run(&mut lowered);
+    passes::version::run(&mut lowered);
+    verify(&lowered).unwrap();
+    let text = crate::print::function(&lowered, FuncId(0));
+    assert_eq!(text.matches("for ").count(), 2, "{text}");
+    assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
+    let short = text.lines().find(|l| l.contains("= ilt")).expect(&text);
+    assert!(short.ends_with("= ilt n7_16, n2"), "{text}");
+    // Site 1 guarded only the check that is gone: the next site replaces it.
+    passes::sites::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("site 1\n"), "{text}");
+    assert!(text.contains("site 2\n"), "{text}");
+    assert!(text.contains("site 3\n"), "{text}");
+    passes::optimize(&mut fold_of_gets(), passes::Options::default()).unwrap();
+}
+
+#[test]
+fn inlining_leaves_allocating_and_recursive_functions_alone() {
+    // The step allocates (a boxed real): its call is where `marks` releases what it allocated.
+    let mut p = fold_of_gets();
+    let step = p.func_mut(FuncId(1));
+    let boxed = step.new_var(Ty::Boxed, "b");
+    step.body.insert(
+        0,
+        Stmt::Let(vec![boxed], Op::Rt(Rt::BoxReal, vec![Operand::F64(1.0)])),
+    );
+    passes::inline::run(&mut p);
+    assert!(crate::print::function(&p, FuncId(0)).contains("call f1"));
+    // The step calls itself (never, but the call graph says it may).
+    let mut p = fold_of_gets();
+    let step = p.func_mut(FuncId(1));
+    let t = step.new_var(Ty::F64, "t");
+    let args: Vec<Operand> = step.params.iter().copied().map(Operand::Var).collect();
+    step.body.insert(
+        0,
+        Stmt::If {
+            cond: Operand::Bool(false),
+            then: vec![
+                Stmt::Let(
+                    vec![t],
+                    Op::Call {
+                        func: FuncId(1),
+                        args,
+                        guard: None,
+                    },
+                ),
+                Stmt::Return(vec![Operand::Var(t)]),
+            ],
+            els: vec![],
+        },
+    );
+    verify(&p).unwrap();
+    passes::inline::run(&mut p);
+    assert!(crate::print::function(&p, FuncId(0)).contains("call f1"));
+}
+
+#[test]
+fn a_callee_returning_from_branches_is_inlined_as_assignments() {
+    // f1(x) { if x < 0 { return 0 - x } else { return x } }; f0(y) { r = f1(y); return r + 1 }
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let neg = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FLt, Operand::Var(x), Operand::F64(0.0)),
+    );
+    b.open();
+    let m = b.let1(
+        Ty::F64,
+        "m",
+        Op::Binary(BinOp::FSub, Operand::F64(0.0), Operand::Var(x)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(m)]));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(neg),
+        then,
+        els: vec![Stmt::Return(vec![Operand::Var(x)])],
+    });
+    let abs = b.finish(spec(1), vec![x], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let y = b.named_var(Ty::F64, "y".into());
+    let r = b.let1(
+        Ty::F64,
+        "r",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::Var(y)],
+            guard: None,
+        },
+    );
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(r), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let main = b.finish(spec(0), vec![y], layout(&[Ty::F64]));
+    let mut p = program(vec![main, abs]);
+    passes::inline::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("call"), "{text}");
+    assert!(text.contains("var r1: f64"), "{text}");
+    assert_eq!(text.matches("r1 := ").count(), 2, "{text}");
+}
+
+#[test]
+fn simplification_shares_only_what_cannot_change() {
+    // a = x + 1; var v; v := x; b = v * 2; v := a; c = v * 2; d = x + 1; return a, b, c, d
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let add = || Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0));
+    let a = b.let1(Ty::F64, "a", add());
+    let v = b.var(Ty::F64, "v");
+    b.push(Stmt::Declare(vec![v]));
+    b.push(Stmt::Set(v, Operand::Var(x)));
+    let twice = || Op::Binary(BinOp::FMul, Operand::Var(v), Operand::F64(2.0));
+    let b1 = b.let1(Ty::F64, "b", twice());
+    b.push(Stmt::Set(v, Operand::Var(a)));
+    let c = b.let1(Ty::F64, "c", twice());
+    let d = b.let1(Ty::F64, "d", add());
+    let unused = b.let1(Ty::F64, "u", add());
+    let _ = unused;
+    b.push(Stmt::Return(
+        [a, b1, c, d].into_iter().map(Operand::Var).collect(),
+    ));
+    let f = b.finish(
+        spec(0),
+        vec![x],
+        layout(&[Ty::F64, Ty::F64, Ty::F64, Ty::F64]),
+    );
+    let mut p = program(vec![f]);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert_eq!(text.matches("fadd x, 1.0").count(), 1, "{text}");
+    assert_eq!(text.matches("fmul v2, 2.0").count(), 2, "{text}");
+    assert!(text.contains("return a1, b3, c4, a1"), "{text}");
+}

@@ -3,11 +3,15 @@
 //! verifier after each when checking is on.
 
 pub mod carry;
+pub mod inline;
 pub mod loops;
 pub mod machines;
 pub mod marks;
+pub mod simplify;
+pub mod sites;
 pub mod tail;
 pub mod units;
+pub mod version;
 
 use crate::ir::Program;
 use crate::verify::{verify, VerifyError};
@@ -50,6 +54,10 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
         Ok(())
     };
     check(p, "the lowering")?;
+    inline::run(p);
+    check(p, "inlining")?;
+    simplify::run(p);
+    check(p, "scalar simplification")?;
     tail::run(p);
     check(p, "tail calls")?;
     marks::run(p);
@@ -58,7 +66,11 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "loops that carry arrays")?;
     loops::run(p);
     check(p, "the lowering of build and ifold")?;
+    version::run(p);
+    check(p, "loop versioning")?;
     let machines = machines::run(p, opts.max_machine_size);
     check(p, "explicit-stack machines")?;
+    sites::run(p);
+    check(p, "dead sites")?;
     Ok(Stats { machines })
 }

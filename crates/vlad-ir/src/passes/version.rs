@@ -1,0 +1,123 @@
+//! Loop versioning on index checks. An innermost counted loop whose body checks its counter
+//! against lengths defined outside it (`rt vl_index_i(site, i, n)`: `simplify` left the checks
+//! it could not prove, such as `(get v i)` in a fold over the length of another array) runs
+//! as two versions: when every such length is at least the count, a copy of the body without
+//! those checks; otherwise the body as it was, which fails where it failed. The check was the
+//! only exit from the loop's straight-line code, so without it the C compiler can vectorise
+//! the loop.
+
+use crate::ir::*;
+use crate::rt::Rt;
+use std::collections::{HashMap, HashSet};
+
+/// The largest loop body copied, in statements.
+pub const MAX_SIZE: usize = 60;
+
+pub fn run(p: &mut Program) {
+    for f in &mut p.funcs {
+        let mut assigned = HashSet::new();
+        walk(&f.body, &mut |s| {
+            if let Stmt::Set(v, _) = s {
+                assigned.insert(*v);
+            }
+        });
+        let mut vars = std::mem::take(&mut f.vars);
+        flat_map(&mut f.body, &mut |s| version(s, &assigned, &mut vars));
+        f.vars = vars;
+    }
+}
+
+fn version(s: Stmt, assigned: &HashSet<Var>, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+    let Stmt::For { index, count, body } = s else {
+        return vec![s];
+    };
+    let lengths = checked_lengths(index, &body, assigned);
+    let innermost = !body.iter().any(|s| {
+        let mut nested = false;
+        walk(std::slice::from_ref(s), &mut |s| {
+            nested |= matches!(s, Stmt::For { .. } | Stmt::Loop(_))
+        });
+        nested
+    });
+    if lengths.is_empty() || !innermost || size(&body) > MAX_SIZE {
+        return vec![Stmt::For { index, count, body }];
+    }
+    // The fast copy: the checks become copies of the counter, every variable it defines fresh.
+    let mut fast = body.clone();
+    walk_mut(&mut fast, &mut |s| {
+        if let Stmt::Let(_, op) = s {
+            let proven = matches!(op, Op::Rt(Rt::IndexI64, args)
+                if args[1] == Operand::Var(index) && lengths.contains(&args[2]));
+            if proven {
+                *op = Op::Copy(Operand::Var(index));
+            }
+        }
+    });
+    let mut defined = vec![index];
+    walk(&fast, &mut |s| defined.extend(stmt_defs(s)));
+    let renamed: HashMap<Var, Var> = defined
+        .into_iter()
+        .map(|v| {
+            let info = vars[v.0 as usize].clone();
+            (v, fresh_var(vars, info.ty, &format!("{}_", info.name)))
+        })
+        .collect();
+    map_vars(&mut fast, &|v| renamed.get(&v).copied().unwrap_or(v));
+    // short = n0 < count or n1 < count or ...
+    let mut out = Vec::new();
+    let mut short: Option<Var> = None;
+    for n in &lengths {
+        let lt = fresh_var(vars, Ty::Bool, "short");
+        out.push(Stmt::Let(
+            vec![lt],
+            Op::Binary(BinOp::ILt, n.clone(), count.clone()),
+        ));
+        short = Some(match short {
+            None => lt,
+            Some(prev) => {
+                let or = fresh_var(vars, Ty::Bool, "short");
+                out.push(Stmt::Let(
+                    vec![or],
+                    Op::Binary(BinOp::Or, Operand::Var(prev), Operand::Var(lt)),
+                ));
+                or
+            }
+        });
+    }
+    out.push(Stmt::If {
+        cond: Operand::Var(short.expect("a length")),
+        then: vec![Stmt::For {
+            index,
+            count: count.clone(),
+            body,
+        }],
+        els: vec![Stmt::For {
+            index: renamed[&index],
+            count,
+            body: fast,
+        }],
+    });
+    out
+}
+
+/// The lengths, defined outside the loop and never reassigned, that its body checks its
+/// counter against (in order, each once).
+fn checked_lengths(index: Var, body: &[Stmt], assigned: &HashSet<Var>) -> Vec<Operand> {
+    let mut inside = HashSet::new();
+    walk(body, &mut |s| inside.extend(stmt_defs(s)));
+    let mut out: Vec<Operand> = Vec::new();
+    walk(body, &mut |s| {
+        if let Stmt::Let(_, Op::Rt(Rt::IndexI64, args)) = s {
+            let n = &args[2];
+            let outside = match n {
+                Operand::Var(v) => !inside.contains(v) && !assigned.contains(v),
+                Operand::I64(_) => true,
+                _ => false,
+            };
+            if args[1] == Operand::Var(index) && outside && !out.contains(n) {
+                out.push(n.clone());
+            }
+        }
+    });
+    out
+}
