@@ -214,7 +214,12 @@ static V vl_boxed_array(long n, unsigned tags) {
   return o;
 }
 /* A real that is an index or a count (a non-negative integer; the evaluator's test). */
-static int vl_is_natural(double r) { return r >= 0.0 && r - floor(r) == 0.0; }
+/* A natural number: below 2^63 by a round trip through a long (no call of floor in a loop's
+   index checks), above by floor (infinity is not one). */
+static inline int vl_is_natural(double r) {
+  if (r >= 0.0 && r < 9223372036854775808.0) return (double)(long)r == r;
+  return r >= 0.0 && r - floor(r) == 0.0;
+}
 static V vl_real(double d) { V o = vl_obj(VL_REAL, 0, 1); o->s[0].d = d; return o; }
 static V vl_prim(unsigned p) { return vl_obj(VL_PRIM, p, 0); }
 static V vl_pair(unsigned tags, V a, V b) {

@@ -600,6 +600,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("forward-build", "4\n"),
     ("array-lengths", "5\n"),
     ("array-dot", "4\n"),
+    ("small-vectors", "2\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

@@ -719,6 +719,49 @@ pub fn map_vars(block: &mut Block, f: &impl Fn(Var) -> Var) {
     });
 }
 
+/// A copy of `block` in which the variables it defines, and `also`, are fresh variables of
+/// `vars` (a second copy of code in the same function: every variable is defined once); the
+/// renaming too.
+pub fn copy_fresh(
+    block: &[Stmt],
+    also: &[Var],
+    vars: &mut Vec<VarInfo>,
+) -> (Block, std::collections::HashMap<Var, Var>) {
+    let mut defined = also.to_vec();
+    walk(block, &mut |s| {
+        defined.extend(stmt_defs(s));
+        if let Stmt::Build { index, .. } | Stmt::Ifold { index, .. } = s {
+            defined.push(*index);
+        }
+    });
+    let renamed: std::collections::HashMap<Var, Var> = defined
+        .into_iter()
+        .map(|v| {
+            let info = vars[v.0 as usize].clone();
+            (v, fresh_var(vars, info.ty, &copy_prefix(&info.name)))
+        })
+        .collect();
+    let mut copy = block.to_vec();
+    map_vars(&mut copy, &|v| renamed.get(&v).copied().unwrap_or(v));
+    (copy, renamed)
+}
+
+/// The prefix of the name of a copy of a variable (`fresh_var` appends its number): the
+/// original's name up to its first `_`, then `_` (`t4` and `t4_17` give `t4_`).
+pub fn copy_prefix(name: &str) -> String {
+    format!("{}_", name.split('_').next().unwrap_or(name))
+}
+
+/// The number of statements of a block that become code, nested ones included: call-site
+/// records do not count (most disappear, `passes::sites`). What inlining and unrolling weigh.
+pub fn code_size(block: &[Stmt]) -> usize {
+    let mut n = 0;
+    walk(block, &mut |s| {
+        n += usize::from(!matches!(s, Stmt::Site(_)))
+    });
+    n
+}
+
 /// The number of statements of a block, nested ones included (a measure of code size).
 pub fn size(block: &[Stmt]) -> usize {
     let mut n = 0;

@@ -908,3 +908,141 @@ fn simplification_shares_only_what_cannot_change() {
     assert_eq!(text.matches("fmul v2, 2.0").count(), 2, "{text}");
     assert!(text.contains("return a1, b3, c4, a1"), "{text}");
 }
+
+#[test]
+fn a_small_array_read_at_constant_indices_becomes_scalars() {
+    // b = build 3 (i -> 2 i); s = ifold (s j -> s + b[j]) 0 3; return s: all of it folds.
+    let arr = layout(&[Ty::F64]);
+    let mut b = Builder::new();
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Binary(BinOp::FMul, Operand::Var(r), Operand::F64(2.0)),
+    );
+    let body = b.close();
+    let a = b.var(Ty::Array(arr.clone()), "a");
+    b.push(Stmt::Build {
+        array: a,
+        layout: arr,
+        count: Operand::I64(3),
+        index: i,
+        body,
+        elem: vec![Operand::Var(x)],
+    });
+    let s = b.var(Ty::F64, "s");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let n = b.let1(
+        Ty::F64,
+        "n",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(y)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::I64(3),
+        index: j,
+        body,
+        next: vec![Operand::Var(n)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let mut p = program(vec![b.finish(spec(0), vec![], layout(&[Ty::F64]))]);
+    verify(&p).unwrap();
+    passes::scalars::unroll(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("store a3[2i].0 = 4.0"), "{text}");
+    assert!(text.contains("load a3[2i].0"), "{text}");
+    passes::scalars::replace(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("build") && !text.contains("ifold"), "{text}");
+    assert!(
+        !text.contains("load") && !text.contains("new array"),
+        "{text}"
+    );
+    assert!(text.contains("return 6.0"), "{text}");
+}
+
+#[test]
+fn a_branch_on_a_constant_is_replaced_by_the_branch_taken() {
+    // c = 1 < 2; if c { return 1 } else { return x }
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FLt, Operand::F64(1.0), Operand::F64(2.0)),
+    );
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Return(vec![Operand::F64(1.0)])],
+        els: vec![Stmt::Return(vec![Operand::Var(x)])],
+    });
+    let mut p = program(vec![b.finish(spec(0), vec![x], layout(&[Ty::F64]))]);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("if"), "{text}");
+    assert!(text.contains("return 1.0"), "{text}");
+    // 0 / 0 is left to C (a NaN's bits are the hardware's).
+    assert!(crate::passes::simplify::fold_binary(
+        BinOp::FDiv,
+        &Operand::F64(0.0),
+        &Operand::F64(0.0)
+    )
+    .is_none());
+}
+
+#[test]
+fn what_only_one_branch_reads_is_computed_in_that_branch() {
+    // b = box x; y = x * 2; c = x < 1; if c { return b } else { return y... boxed }
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let boxed = b.let1(Ty::Boxed, "b", Op::Rt(Rt::BoxReal, vec![Operand::Var(x)]));
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FMul, Operand::Var(x), Operand::F64(2.0)),
+    );
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FLt, Operand::Var(x), Operand::F64(1.0)),
+    );
+    b.open();
+    let other = b.let1(Ty::Boxed, "o", Op::Rt(Rt::BoxReal, vec![Operand::Var(y)]));
+    b.push(Stmt::Return(vec![Operand::Var(other)]));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Return(vec![Operand::Var(boxed)])],
+        els,
+    });
+    let mut p = program(vec![b.finish(spec(0), vec![x], layout(&[Ty::Boxed]))]);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle)).expect(needle);
+    // The box moved into the branch that returns it, the product into the other.
+    assert!(at("if c") < at("vl_real(x"), "{text}");
+    assert!(at("} else {") < at("fmul x, 2.0"), "{text}");
+}

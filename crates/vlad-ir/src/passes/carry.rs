@@ -551,15 +551,21 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
             // variant it is).
             return vec![s];
         }
-        // A step that stores into an array (the tape of `%ifold-tape`) may keep in it what the
-        // step allocated: nothing may be released. One that accumulates in place must not
-        // move its accumulator.
+        // A step that stores a pointer into an array (the tape of `%ifold-tape`) may keep in it
+        // what the step allocated: nothing may be released. One that accumulates in place must
+        // not move its accumulator. (Stores of numbers, such as those of a small `build`
+        // unrolled by `scalars`, keep nothing.)
         let mut keep = false;
         walk(body, &mut |x| {
-            keep |= matches!(
-                x,
-                Stmt::Store { .. } | Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _))
-            )
+            keep |= match x {
+                Stmt::Store { value, .. } => match value {
+                    Operand::Var(v) => vars[v.0 as usize].ty.holds_pointer(),
+                    Operand::Global(_) | Operand::Null => true,
+                    _ => false,
+                },
+                Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)) => true,
+                _ => false,
+            }
         });
         if keep || callees(body).iter().any(|c| accumulating.contains(c)) {
             return vec![s];

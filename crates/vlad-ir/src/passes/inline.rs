@@ -1,21 +1,31 @@
-//! Inlining of small functions that neither allocate nor recurse: mostly the steps of `build`
+//! Inlining of small functions that do not recurse: mostly the steps of `build`
 //! and `ifold` (the lowering makes every procedure a function, so a loop's body is a call of
 //! its step). The C compiler inlines them too, but only after this IR has lost the facts that
 //! `simplify` needs: that the step's index is the loop's counter, below the loop's count, and
 //! that the count is the length of the array the step reads. With the step's body in the loop,
 //! `simplify` drops the index checks that those facts prove.
 //!
-//! Only functions that do not allocate are inlined: a call of one that does is where
-//! `passes::marks` releases what it allocated, and inlining it would keep that memory until
-//! the caller returns. Functions that write (stores into arrays, in-place accumulation, globals)
-//! are left alone too: `passes::carry` and `marks::accumulating` reason about them by calls.
+//! A function that allocates is inlined only if its results hold a pointer (an array it
+//! returns): a call of one whose results hold none is where `passes::marks` releases what it
+//! allocated, and inlining it would keep that memory until the caller returns; a call that
+//! returns a pointer is never released. Inlining a function that returns a small array lets
+//! `passes::scalars` replace the array by its elements. Functions that write (into arrays they
+//! did not make, in-place accumulation, globals) are left alone: `passes::carry` and
+//! `marks::accumulating` reason about them by calls.
+//!
+//! Callees come first (the call graph's components in order), and each function gets its
+//! scalar optimisation (`passes::scalar_optimise`) once its calls are inlined: a callee is
+//! weighed, and inlined, as it will be.
 
 use crate::ir::*;
 use crate::passes::marks;
 use std::collections::HashMap;
 
-/// The largest callee inlined, in statements (nested ones included): enough for the steps of
-/// numerical loops, small enough that the program grows little.
+/// The largest callee inlined, in statements (nested ones included, call-site records not),
+/// after its own scalar optimisation: enough for the steps of numerical loops and for the
+/// small vector functions whose arrays `scalars` then replaces.
+/// Larger limits gain little on the array benchmarks and grow the C of programs with many
+/// specialised functions (tests/ad/reverse-property.vlad past `vlad run`'s 8 MB at 150).
 pub const MAX_SIZE: usize = 40;
 
 pub fn run(p: &mut Program) {
@@ -51,8 +61,19 @@ pub fn run(p: &mut Program) {
                 });
                 f.vars = vars;
             }
-            ok[id] =
-                !recursive && !allocating.contains(&FuncId(id as u32)) && inlinable(&p.funcs[id]);
+            super::scalar_optimise(&mut p.funcs[id]);
+            let f = &p.funcs[id];
+            // A call whose results hold a pointer is never bracketed by a mark: inlining it
+            // keeps nothing longer than the call did. Only flat arrays, though: inlining
+            // functions that return boxed values (a chain of list builders specialised per
+            // length) grows the code for nothing.
+            let unmarked = f.results.iter().any(Ty::holds_pointer)
+                && f.results
+                    .iter()
+                    .all(|t| !t.holds_pointer() || matches!(t, Ty::Array(_)));
+            ok[id] = !recursive
+                && (unmarked || !allocating.contains(&FuncId(id as u32)))
+                && inlinable(f);
         }
     }
 }
@@ -65,17 +86,25 @@ fn call_graph(p: &Program) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Whether a function (already known not to allocate nor recurse) may be inlined: a small
+/// Whether a function (already known not to recurse) may be inlined: a small
 /// specialised function that writes nothing and returns only at the ends of its blocks.
 pub fn inlinable(f: &Function) -> bool {
-    if !matches!(f.kind, FuncKind::Specialised { .. }) || size(&f.body) > MAX_SIZE {
+    if !matches!(f.kind, FuncKind::Specialised { .. }) || code_size(&f.body) > MAX_SIZE {
         return false;
     }
+    // Stores into an array the function makes itself (a small `build` unrolled) are its own
+    // business; any other store writes into what it was given.
+    let mut own = std::collections::HashSet::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Let(vs, Op::NewArray { .. }) = s {
+            own.extend(vs.iter().copied());
+        }
+    });
     let mut writes = false;
     walk(&f.body, &mut |s| {
         writes |= match s {
-            Stmt::Store { .. }
-            | Stmt::SetField { .. }
+            Stmt::Store { array, .. } => !array.var().is_some_and(|a| own.contains(&a)),
+            Stmt::SetField { .. }
             | Stmt::SetGlobal(..)
             | Stmt::Release(_)
             | Stmt::Loop(_)
@@ -142,7 +171,7 @@ pub fn expand(
     let renamed: Vec<Var> = callee
         .vars
         .iter()
-        .map(|v| fresh_var(vars, v.ty.clone(), &format!("{}_", v.name)))
+        .map(|v| fresh_var(vars, v.ty.clone(), &copy_prefix(&v.name)))
         .collect();
     let mut body = callee.body.clone();
     map_vars(&mut body, &|v| renamed[v.0 as usize]);
@@ -179,7 +208,7 @@ pub fn expand(
                 .iter()
                 .map(|r| {
                     let info = vars[r.0 as usize].clone();
-                    fresh_var(vars, info.ty, &format!("{}_", info.name))
+                    fresh_var(vars, info.ty, &copy_prefix(&info.name))
                 })
                 .collect();
             let mut v = vec![Stmt::Let(

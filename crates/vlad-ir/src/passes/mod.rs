@@ -7,13 +7,14 @@ pub mod inline;
 pub mod loops;
 pub mod machines;
 pub mod marks;
+pub mod scalars;
 pub mod simplify;
 pub mod sites;
 pub mod tail;
 pub mod units;
 pub mod version;
 
-use crate::ir::Program;
+use crate::ir::{Function, Program};
 use crate::verify::{verify, VerifyError};
 
 /// How the pipeline runs.
@@ -42,6 +43,20 @@ pub struct Stats {
     pub machines: machines::Stats,
 }
 
+/// The scalar optimisation of one function, which `inline` runs on each function (callees
+/// first) once their calls are inlined: `simplify`, then twice `scalars::unroll`, `simplify`,
+/// `scalars::replace`, `simplify` (unrolling a small loop makes the indices of its reads
+/// constants, and the arrays it reads can then be replaced in turn).
+pub fn scalar_optimise(f: &mut Function) {
+    simplify::function(f);
+    for _ in 0..2 {
+        scalars::unroll(f);
+        simplify::function(f);
+        scalars::replace(f);
+        simplify::function(f);
+    }
+}
+
 /// The passes, in order, over a program fresh from the lowering.
 pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     let check = |p: &Program, after: &str| -> Result<(), VerifyError> {
@@ -55,9 +70,7 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     };
     check(p, "the lowering")?;
     inline::run(p);
-    check(p, "inlining")?;
-    simplify::run(p);
-    check(p, "scalar simplification")?;
+    check(p, "inlining and scalar optimisation")?;
     tail::run(p);
     check(p, "tail calls")?;
     marks::run(p);

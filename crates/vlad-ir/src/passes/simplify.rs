@@ -33,22 +33,28 @@ pub fn function(f: &mut Function) {
         }
     });
     let mut cx = Cx {
-        vars: &f.vars,
+        vars: std::mem::take(&mut f.vars),
         assigned,
         subst: HashMap::new(),
         defs: HashMap::new(),
         below: HashMap::new(),
         natural: HashSet::new(),
         avail: vec![HashMap::new()],
+        lengths: HashMap::new(),
+        integers: HashMap::new(),
     };
     let mut body = std::mem::take(&mut f.body);
     cx.block(&mut body);
     dead_code(&mut body);
+    let mut uses = HashMap::new();
+    walk(&body, &mut |s| count_uses(s, &mut uses));
+    sink(&mut body, &uses);
     f.body = body;
+    f.vars = cx.vars;
 }
 
-struct Cx<'a> {
-    vars: &'a [VarInfo],
+struct Cx {
+    vars: Vec<VarInfo>,
     /// Variables assigned by `Set`: never propagated nor shared.
     assigned: HashSet<Var>,
     /// Copies: a variable's uses read this operand instead.
@@ -62,16 +68,35 @@ struct Cx<'a> {
     /// Pure operations computed so far, innermost scope last: a later equal operation in the
     /// same scope or a nested one reads the earlier result.
     avail: Vec<HashMap<String, Var>>,
+    /// Arrays whose length is a constant (built with a constant count).
+    lengths: HashMap<Var, i64>,
+    /// Reals that are integers computed as such too (`integer_sum`).
+    integers: HashMap<Var, Operand>,
 }
 
-impl Cx<'_> {
+impl Cx {
     fn block(&mut self, block: &mut Block) {
         self.avail.push(HashMap::new());
         let mut out = Vec::with_capacity(block.len());
-        for mut s in std::mem::take(block) {
+        let mut todo: std::collections::VecDeque<Stmt> = std::mem::take(block).into();
+        while let Some(mut s) = todo.pop_front() {
             for x in stmt_operands_mut(&mut s) {
                 self.rename(x);
             }
+            // A branch on a constant: the branch taken, in place of the `if`.
+            if let Stmt::If {
+                cond: Operand::Bool(c),
+                then,
+                els,
+            } = s
+            {
+                let taken = if c { then } else { els };
+                for t in taken.into_iter().rev() {
+                    todo.push_front(t);
+                }
+                continue;
+            }
+            let ends = matches!(s, Stmt::Return(_) | Stmt::TailCall { .. } | Stmt::Continue);
             match &mut s {
                 Stmt::Let(vs, op) => {
                     if let Some(op2) = self.rewrite(vs, op) {
@@ -82,6 +107,7 @@ impl Cx<'_> {
                     }
                     if let [v] = vs[..] {
                         self.learn(v, op);
+                        out.extend(self.integer_sum(v, op));
                     }
                 }
                 Stmt::For { index, count, .. }
@@ -103,7 +129,19 @@ impl Cx<'_> {
                 }
             }
             out.extend(self.hoist(&mut s));
+            if let Stmt::Build {
+                array,
+                count: Operand::I64(n),
+                ..
+            } = &s
+            {
+                self.lengths.insert(*array, *n);
+            }
             out.push(s);
+            if ends {
+                // What follows in the block is never reached (a branch spliced above).
+                break;
+            }
         }
         *block = out;
         self.avail.pop();
@@ -162,17 +200,62 @@ impl Cx<'_> {
         x.var().is_none_or(|v| !self.assigned.contains(&v))
     }
 
+    /// A real that is the sum of a natural number converted and an integer constant (an index
+    /// `(+ i 7)`) is also computed as an integer, for `get` to check as one: the sum of
+    /// integers below 2^52 is exact in both.
+    fn integer_sum(&mut self, v: Var, op: &Op) -> Option<Stmt> {
+        let Op::Binary(f @ (BinOp::FAdd | BinOp::FSub), a, b) = op else {
+            return None;
+        };
+        let small = |c: f64| c.fract() == 0.0 && c.abs() < 4503599627370496.0;
+        let (x, c) = match (self.integer_of(a), b) {
+            (Some(x), Operand::F64(c)) if self.is_natural(&x) && small(*c) => (x, *c as i64),
+            _ => match (a, self.integer_of(b)) {
+                (Operand::F64(c), Some(x))
+                    if *f == BinOp::FAdd && self.is_natural(&x) && small(*c) =>
+                {
+                    (x, *c as i64)
+                }
+                _ => return None,
+            },
+        };
+        if matches!(x, Operand::I64(_)) {
+            return None;
+        }
+        let int = if *f == BinOp::FAdd {
+            BinOp::IAdd
+        } else {
+            BinOp::ISub
+        };
+        let k = fresh_var(&mut self.vars, Ty::I64, "k");
+        if c >= 0 && int == BinOp::IAdd {
+            self.natural.insert(k);
+        }
+        self.integers.insert(v, Operand::Var(k));
+        Some(Stmt::Let(vec![k], Op::Binary(int, x, Operand::I64(c))))
+    }
+
     /// The integer whose conversion a real operand is, if it is one.
     fn integer_of(&self, r: &Operand) -> Option<Operand> {
         match r {
             Operand::Var(t) => match self.defs.get(t) {
                 Some(Op::Unary(UnOp::I64ToF64, x)) => Some(x.clone()),
-                _ => None,
+                _ => self.integers.get(t).cloned(),
             },
             Operand::F64(c) if *c >= 0.0 && *c < 9007199254740992.0 && c.fract() == 0.0 => {
                 Some(Operand::I64(*c as i64))
             }
             _ => None,
+        }
+    }
+
+    /// Whether an integer index is known to be below a length: a loop's counter below its
+    /// count, or two constants.
+    fn in_range(&self, i: &Operand, n: &Operand) -> bool {
+        match (i, n) {
+            (Operand::Var(x), _) => self.below.get(x) == Some(n),
+            (Operand::I64(i), Operand::I64(n)) => 0 <= *i && i < n,
+            _ => false,
         }
     }
 
@@ -195,15 +278,24 @@ impl Cx<'_> {
                     return None;
                 };
                 let i = self.integer_of(r)?;
-                let proven = match &i {
-                    Operand::Var(x) => self.below.get(x) == Some(n),
-                    _ => false,
-                };
-                Some(if proven {
+                Some(if self.in_range(&i, n) {
                     Op::Copy(i)
                 } else {
                     Op::Rt(Rt::IndexI64, vec![site.clone(), i, n.clone()])
                 })
+            }
+            Op::Rt(Rt::IndexI64, args) => {
+                let [_, i, n] = &args[..] else {
+                    return None;
+                };
+                self.in_range(i, n).then(|| Op::Copy(i.clone()))
+            }
+            Op::Length(Operand::Var(a)) if self.lengths.contains_key(a) => {
+                Some(Op::Copy(Operand::I64(self.lengths[a])))
+            }
+            Op::Unary(op, x) if fold_unary(*op, x).is_some() => fold_unary(*op, x).map(Op::Copy),
+            Op::Binary(op, x, y) if fold_binary(*op, x, y).is_some() => {
+                fold_binary(*op, x, y).map(Op::Copy)
             }
             Op::Unary(..) | Op::Binary(..) | Op::Length(_) if vs.len() == 1 => {
                 let key = format!("{op:?}");
@@ -251,6 +343,12 @@ impl Cx<'_> {
             Op::Length(_) => {
                 self.natural.insert(v);
             }
+            Op::NewArray {
+                count: Operand::I64(n),
+                ..
+            } => {
+                self.lengths.insert(v, *n);
+            }
             _ => {}
         }
         if matches!(op, Op::Unary(..) | Op::Binary(..) | Op::Length(_))
@@ -271,6 +369,112 @@ impl Cx<'_> {
             Operand::I64(_) => *ty == Ty::I64,
             Operand::Bool(_) => *ty == Ty::Bool,
             _ => false,
+        }
+    }
+}
+
+/// A unary operation on a constant, computed (the conversions and `not`: what C computes
+/// exactly the same way).
+fn fold_unary(op: UnOp, x: &Operand) -> Option<Operand> {
+    match (op, x) {
+        (UnOp::I64ToF64, Operand::I64(c)) if c.unsigned_abs() < 1 << 53 => {
+            Some(Operand::F64(*c as f64))
+        }
+        (UnOp::Not, Operand::Bool(b)) => Some(Operand::Bool(!b)),
+        _ => None,
+    }
+}
+
+/// A binary operation on constants, computed: IEEE arithmetic and comparisons give the same
+/// results here as in C (no contraction: `-ffp-contract=off`), integer arithmetic that does not
+/// overflow, booleans.
+pub fn fold_binary(op: BinOp, x: &Operand, y: &Operand) -> Option<Operand> {
+    use BinOp::*;
+    use Operand::{Bool as B, F64 as F, I64 as I};
+    let r = match (op, x, y) {
+        (FAdd, F(a), F(b)) => F(a + b),
+        (FSub, F(a), F(b)) => F(a - b),
+        (FMul, F(a), F(b)) => F(a * b),
+        (FDiv, F(a), F(b)) => F(a / b),
+        (FEq, F(a), F(b)) => B(a == b),
+        (FLt, F(a), F(b)) => B(a < b),
+        (FGt, F(a), F(b)) => B(a > b),
+        (FLe, F(a), F(b)) => B(a <= b),
+        (FGe, F(a), F(b)) => B(a >= b),
+        (IEq, I(a), I(b)) => B(a == b),
+        (INe, I(a), I(b)) => B(a != b),
+        (ILt, I(a), I(b)) => B(a < b),
+        (IAdd, I(a), I(b)) => I(a.checked_add(*b)?),
+        (ISub, I(a), I(b)) => I(a.checked_sub(*b)?),
+        (IMul, I(a), I(b)) => I(a.checked_mul(*b)?),
+        (And, B(a), B(b)) => B(*a && *b),
+        (Or, B(a), B(b)) => B(*a || *b),
+        (BEq, B(a), B(b)) => B(a == b),
+        _ => return None,
+    };
+    // A NaN's bits are the hardware's: left to C.
+    (!matches!(r, F(c) if c.is_nan())).then_some(r)
+}
+
+/// Adds the variables a statement reads itself to `uses`.
+fn count_uses(s: &Stmt, uses: &mut HashMap<Var, usize>) {
+    for x in stmt_operands(s) {
+        if let Operand::Var(v) = x {
+            *uses.entry(*v).or_default() += 1;
+        }
+    }
+}
+
+/// Code sinking: a definition by an operation that only computes or allocates (boxing the
+/// operands of an error message), whose variables are read only in one branch of an `if` later
+/// in its block, moves to the start of that branch: the common path no longer computes it.
+/// Nothing observable moves: such an operation neither fails, writes nor reads input.
+fn sink(block: &mut Block, uses: &HashMap<Var, usize>) {
+    for s in block.iter_mut() {
+        for b in children_mut(s) {
+            sink(b, uses);
+        }
+    }
+    let mut j = block.len();
+    while j > 0 {
+        j -= 1;
+        if !matches!(block[j], Stmt::If { .. }) {
+            continue;
+        }
+        // The uses inside each branch, kept up to date as definitions move in.
+        let mut inside: [HashMap<Var, usize>; 2] = [HashMap::new(), HashMap::new()];
+        if let Stmt::If { then, els, .. } = &block[j] {
+            walk(then, &mut |t| count_uses(t, &mut inside[0]));
+            walk(els, &mut |t| count_uses(t, &mut inside[1]));
+        }
+        let mut i = j;
+        while i > 0 {
+            i -= 1;
+            let Stmt::Let(vs, op) = &block[i] else {
+                continue;
+            };
+            let movable = match op {
+                Op::Rt(rt, _) => {
+                    let e = rt.effects();
+                    !e.fails && !e.noreturn && !e.io
+                }
+                op => is_pure(op),
+            };
+            let all_in = |m: &HashMap<Var, usize>| {
+                vs.iter()
+                    .all(|v| uses.get(v).copied().unwrap_or(0) == m.get(v).copied().unwrap_or(0))
+            };
+            let used = vs.iter().any(|v| uses.contains_key(v));
+            let Some(branch) = (0..2).find(|&b| movable && used && all_in(&inside[b])) else {
+                continue;
+            };
+            let moved = block.remove(i);
+            j -= 1;
+            count_uses(&moved, &mut inside[branch]);
+            if let Stmt::If { then, els, .. } = &mut block[j] {
+                let target = if branch == 0 { then } else { els };
+                target.insert(0, moved);
+            }
         }
     }
 }

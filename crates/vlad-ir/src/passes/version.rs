@@ -8,7 +8,7 @@
 
 use crate::ir::*;
 use crate::rt::Rt;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// The largest loop body copied, in statements.
 pub const MAX_SIZE: usize = 60;
@@ -53,16 +53,7 @@ fn version(s: Stmt, assigned: &HashSet<Var>, vars: &mut Vec<VarInfo>) -> Vec<Stm
             }
         }
     });
-    let mut defined = vec![index];
-    walk(&fast, &mut |s| defined.extend(stmt_defs(s)));
-    let renamed: HashMap<Var, Var> = defined
-        .into_iter()
-        .map(|v| {
-            let info = vars[v.0 as usize].clone();
-            (v, fresh_var(vars, info.ty, &format!("{}_", info.name)))
-        })
-        .collect();
-    map_vars(&mut fast, &|v| renamed.get(&v).copied().unwrap_or(v));
+    let (fast, renamed) = copy_fresh(&fast, &[index], vars);
     // short = n0 < count or n1 < count or ...
     let mut out = Vec::new();
     let mut short: Option<Var> = None;

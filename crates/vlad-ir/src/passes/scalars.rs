@@ -1,0 +1,239 @@
+//! Small loops unrolled, and small arrays replaced by scalars.
+//!
+//! `unroll`: a `build` or `ifold` of a constant count (at most `MAX_COUNT`) with a small body
+//! becomes straight-line code: the body once per index, in order (a `build`'s array made and
+//! each element stored; an `ifold`'s accumulators passed from one copy of the step to the
+//! next). Everything is computed in the order the loop computed it, so what fails fails as
+//! before. `simplify` then makes each copy's index a constant and folds what it decides
+//! (`(cond ((= i 0) ...) ...)`, `(get v i)`).
+//!
+//! `replace`: an array of a constant count that is only stored into, right after it is made,
+//! and read, at constant indices, is no array at all: each read is the value stored. What a C
+//! programmer writes as three scalars (a cross product, a rotated point, the slice of a
+//! camera's parameters) is then three scalars here too, with no allocation.
+
+use crate::ir::*;
+use std::collections::{HashMap, HashSet};
+
+/// The largest count unrolled.
+pub const MAX_COUNT: i64 = 16;
+
+/// The largest loop body unrolled, in statements (`code_size`): a three-way `cond` on the
+/// index, as in a cross product.
+pub const MAX_BODY: usize = 32;
+
+/// Unrolls the small loops of a function.
+pub fn unroll(f: &mut Function) {
+    {
+        let mut vars = std::mem::take(&mut f.vars);
+        flat_map(&mut f.body, &mut |s| match s {
+            Stmt::Build {
+                array,
+                layout,
+                count: Operand::I64(n),
+                index,
+                body,
+                elem,
+            } if (0..=MAX_COUNT).contains(&n)
+                && code_size(&body) <= MAX_BODY
+                && !layout.iter().any(Ty::holds_pointer) =>
+            {
+                // Only elements without pointers: a step of a loop that stores pointers keeps
+                // what it allocated (`passes::carry`).
+                let mut out = vec![Stmt::Let(
+                    vec![array],
+                    Op::NewArray {
+                        layout,
+                        count: Operand::I64(n),
+                    },
+                )];
+                for k in 0..n {
+                    let (copy, renamed) = copy_fresh(&body, &[index], &mut vars);
+                    out.push(Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(k))));
+                    out.extend(copy);
+                    for (slot, x) in elem.iter().enumerate() {
+                        out.push(Stmt::Store {
+                            array: Operand::Var(array),
+                            index: Operand::I64(k),
+                            slot: slot as u32,
+                            value: rename(x, &renamed),
+                        });
+                    }
+                }
+                out
+            }
+            Stmt::Ifold {
+                accs,
+                init,
+                count: Operand::I64(n),
+                index,
+                body,
+                next,
+            } if (0..=MAX_COUNT).contains(&n) && code_size(&body) <= MAX_BODY => {
+                let mut out = Vec::new();
+                let mut current = init;
+                for k in 0..n {
+                    let mut also = accs.clone();
+                    also.push(index);
+                    let (copy, renamed) = copy_fresh(&body, &also, &mut vars);
+                    out.push(Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(k))));
+                    for (a, x) in accs.iter().zip(&current) {
+                        out.push(Stmt::Let(vec![renamed[a]], Op::Copy(x.clone())));
+                    }
+                    out.extend(copy);
+                    current = next.iter().map(|x| rename(x, &renamed)).collect();
+                }
+                for (a, x) in accs.iter().zip(current) {
+                    out.push(Stmt::Let(vec![*a], Op::Copy(x)));
+                }
+                out
+            }
+            other => vec![other],
+        });
+        f.vars = vars;
+    }
+}
+
+/// An operand of a copy of code.
+fn rename(x: &Operand, renamed: &HashMap<Var, Var>) -> Operand {
+    match x {
+        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
+        c => c.clone(),
+    }
+}
+
+/// Replaces the small arrays of a function that are only stored into and read at constant
+/// indices.
+pub fn replace(f: &mut Function) {
+    {
+        let wanted = candidates(&f.body);
+        if wanted.is_empty() {
+            return;
+        }
+        // What each element's slot holds: the operand stored.
+        let mut stored: HashMap<(Var, i64, u32), Operand> = HashMap::new();
+        flat_map(&mut f.body, &mut |s| match s {
+            Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 && wanted.contains(&vs[0]) => {
+                vec![]
+            }
+            Stmt::Store {
+                array: Operand::Var(a),
+                index: Operand::I64(k),
+                slot,
+                value,
+            } if wanted.contains(&a) => {
+                stored.insert((a, k, slot), value);
+                vec![]
+            }
+            Stmt::Let(
+                vs,
+                Op::Load {
+                    array: Operand::Var(a),
+                    index: Operand::I64(k),
+                    slot,
+                },
+            ) if wanted.contains(&a) => {
+                let x = stored[&(a, k, slot)].clone();
+                vec![Stmt::Let(vs, Op::Copy(x))]
+            }
+            other => vec![other],
+        });
+    }
+}
+
+/// The arrays to replace: made with a constant count no larger than `MAX_COUNT`, every slot of
+/// every element stored once, in order, in the block that makes the array and before anything
+/// reads it, and used otherwise only by loads at constant indices below the count.
+fn candidates(body: &Block) -> HashSet<Var> {
+    // Each array made with a small constant count: its count, slots, and the number of stores
+    // in order that filled it.
+    let mut made: HashMap<Var, (i64, usize, usize)> = HashMap::new();
+    let mut bad = HashSet::new();
+    fill(body, &mut made, &mut bad);
+    let mut stores: HashMap<Var, usize> = HashMap::new();
+    walk(body, &mut |s| match s {
+        Stmt::Store {
+            array: Operand::Var(a),
+            index,
+            value,
+            ..
+        } => {
+            *stores.entry(*a).or_default() += 1;
+            bad.extend(index.var());
+            bad.extend(value.var());
+        }
+        Stmt::Let(
+            _,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                ..
+            },
+        ) => {
+            let in_range = matches!(index, Operand::I64(k)
+                if made.get(a).is_some_and(|(n, _, _)| 0 <= *k && k < n));
+            if !in_range {
+                bad.insert(*a);
+            }
+            bad.extend(index.var());
+        }
+        _ => bad.extend(stmt_operands(s).iter().filter_map(|x| x.var())),
+    });
+    made.into_iter()
+        .filter(|(a, (n, slots, filled))| {
+            let all = (*n as usize) * slots;
+            !bad.contains(a) && *filled == all && stores.get(a).copied().unwrap_or(0) == all
+        })
+        .map(|(a, _)| a)
+        .collect()
+}
+
+/// Finds the arrays made in `block` and its nested blocks, and counts the stores that fill
+/// each in order at the top of the block that makes it; an array read before it is filled is
+/// `bad`.
+fn fill(block: &Block, made: &mut HashMap<Var, (i64, usize, usize)>, bad: &mut HashSet<Var>) {
+    let mut filling: Option<Var> = None;
+    for s in block {
+        if let Stmt::Let(
+            vs,
+            Op::NewArray {
+                layout,
+                count: Operand::I64(n),
+            },
+        ) = s
+        {
+            if vs.len() == 1 && (0..=MAX_COUNT).contains(n) {
+                made.insert(vs[0], (*n, layout.len(), 0));
+                filling = Some(vs[0]);
+                continue;
+            }
+        }
+        if let Some(a) = filling {
+            let (n, slots, done) = made[&a];
+            let next = matches!(s, Stmt::Store { array: Operand::Var(b), index: Operand::I64(k), slot, .. }
+                if *b == a && *k < n && done == (*k as usize) * slots + *slot as usize);
+            if next {
+                made.get_mut(&a).expect("made").2 += 1;
+                continue;
+            }
+            if done < (n as usize) * slots && reads(s, a) {
+                bad.insert(a);
+            }
+        }
+        for c in children(s) {
+            fill(c, made, bad);
+        }
+    }
+}
+
+/// Whether a statement reads an array (a load of it, itself or nested).
+fn reads(s: &Stmt, a: Var) -> bool {
+    let mut yes = false;
+    walk(
+        std::slice::from_ref(s),
+        &mut |t| {
+            yes |= matches!(t, Stmt::Let(_, Op::Load { array: Operand::Var(b), .. }) if *b == a)
+        },
+    );
+    yes
+}
