@@ -1046,3 +1046,17 @@ fn what_only_one_branch_reads_is_computed_in_that_branch() {
     assert!(at("if c") < at("vl_real(x"), "{text}");
     assert!(at("} else {") < at("fmul x, 2.0"), "{text}");
 }
+
+#[test]
+fn a_function_whose_only_call_was_inlined_is_left_a_stub() {
+    let mut p = fold_of_gets();
+    p.main = Some(FuncId(0));
+    passes::inline::run(&mut p);
+    passes::dead::run(&mut p);
+    verify(&p).unwrap();
+    let step = crate::print::function(&p, FuncId(1));
+    assert_eq!(step.lines().count(), 3, "{step}");
+    assert!(step.contains("return 0.0"), "{step}");
+    // The entry keeps its body.
+    assert!(crate::print::function(&p, FuncId(0)).contains("load a0"));
+}

@@ -24,13 +24,27 @@ use std::collections::HashMap;
 /// The largest callee inlined, in statements (nested ones included, call-site records not),
 /// after its own scalar optimisation: enough for the steps of numerical loops and for the
 /// small vector functions whose arrays `scalars` then replaces.
-/// Larger limits gain little on the array benchmarks and grow the C of programs with many
-/// specialised functions (tests/ad/reverse-property.vlad past `vlad run`'s 8 MB at 150).
+/// Larger limits grow the C of programs with many specialised functions called from many
+/// places (tests/ad/reverse-property.vlad past `vlad run`'s 8 MB at 100).
 pub const MAX_SIZE: usize = 40;
+
+/// The largest callee inlined where it is the only call of the callee (the program does not
+/// grow: the original is dropped, `passes::dead`).
+pub const MAX_SIZE_ONCE: usize = 400;
 
 pub fn run(p: &mut Program) {
     let allocating = marks::allocating(p);
     let edges = call_graph(p);
+    // How many calls each function has in the program: a larger callee is inlined only where
+    // it is called once (the copy replaces it: `passes::dead` drops the original).
+    let mut calls = vec![0usize; p.funcs.len()];
+    for f in &p.funcs {
+        walk(&f.body, &mut |s| {
+            if let Stmt::Let(_, Op::Call { func, .. }) | Stmt::TailCall { func, .. } = s {
+                calls[func.0 as usize] += 1;
+            }
+        });
+    }
     // Callees before callers: a callee is inlined with its own calls inlined already.
     let mut ok = vec![false; p.funcs.len()];
     for comp in vlad_core::graph::tarjan(p.funcs.len(), &edges) {
@@ -71,9 +85,14 @@ pub fn run(p: &mut Program) {
                 && f.results
                     .iter()
                     .all(|t| !t.holds_pointer() || matches!(t, Ty::Array(_)));
+            let limit = if calls[id] == 1 {
+                MAX_SIZE_ONCE
+            } else {
+                MAX_SIZE
+            };
             ok[id] = !recursive
                 && (unmarked || !allocating.contains(&FuncId(id as u32)))
-                && inlinable(f);
+                && inlinable(f, limit);
         }
     }
 }
@@ -88,8 +107,8 @@ fn call_graph(p: &Program) -> Vec<Vec<usize>> {
 
 /// Whether a function (already known not to recurse) may be inlined: a small
 /// specialised function that writes nothing and returns only at the ends of its blocks.
-pub fn inlinable(f: &Function) -> bool {
-    if !matches!(f.kind, FuncKind::Specialised { .. }) || code_size(&f.body) > MAX_SIZE {
+pub fn inlinable(f: &Function, limit: usize) -> bool {
+    if !matches!(f.kind, FuncKind::Specialised { .. }) || code_size(&f.body) > limit {
         return false;
     }
     // Stores into an array the function makes itself (a small `build` unrolled) are its own

@@ -3,6 +3,7 @@
 //! verifier after each when checking is on.
 
 pub mod carry;
+pub mod dead;
 pub mod inline;
 pub mod loops;
 pub mod machines;
@@ -71,6 +72,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "the lowering")?;
     inline::run(p);
     check(p, "inlining and scalar optimisation")?;
+    dead::run(p);
+    check(p, "dead functions")?;
     tail::run(p);
     check(p, "tail calls")?;
     marks::run(p);
