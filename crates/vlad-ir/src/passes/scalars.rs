@@ -105,40 +105,62 @@ fn rename(x: &Operand, renamed: &HashMap<Var, Var>) -> Operand {
 /// Replaces the small arrays of a function that are only stored into and read at constant
 /// indices.
 pub fn replace(f: &mut Function) {
-    {
-        let wanted = candidates(&f.body);
-        if wanted.is_empty() {
-            return;
-        }
-        // What each element's slot holds: the operand stored.
-        let mut stored: HashMap<(Var, i64, u32), Operand> = HashMap::new();
-        flat_map(&mut f.body, &mut |s| match s {
-            Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 && wanted.contains(&vs[0]) => {
-                vec![]
+    let mut wanted = candidates(&f.body);
+    // What each element's slot holds: the operand stored; an array with a read of a slot that
+    // was not stored is left alone (`candidates` should not let one through).
+    let mut stored: HashMap<(Var, i64, u32), Operand> = HashMap::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Store {
+            array: Operand::Var(a),
+            index: Operand::I64(k),
+            slot,
+            value,
+        } = s
+        {
+            if wanted.contains(a) {
+                stored.insert((*a, *k, *slot), value.clone());
             }
-            Stmt::Store {
+        }
+    });
+    walk(&f.body, &mut |s| {
+        if let Stmt::Let(
+            _,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                slot,
+            },
+        ) = s
+        {
+            let known = matches!(index, Operand::I64(k) if stored.contains_key(&(*a, *k, *slot)));
+            if !known {
+                wanted.remove(a);
+            }
+        }
+    });
+    if wanted.is_empty() {
+        return;
+    }
+    flat_map(&mut f.body, &mut |s| match s {
+        Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 && wanted.contains(&vs[0]) => {
+            vec![]
+        }
+        Stmt::Store {
+            array: Operand::Var(a),
+            ..
+        } if wanted.contains(&a) => vec![],
+        Stmt::Let(
+            vs,
+            Op::Load {
                 array: Operand::Var(a),
                 index: Operand::I64(k),
                 slot,
-                value,
-            } if wanted.contains(&a) => {
-                stored.insert((a, k, slot), value);
-                vec![]
-            }
-            Stmt::Let(
-                vs,
-                Op::Load {
-                    array: Operand::Var(a),
-                    index: Operand::I64(k),
-                    slot,
-                },
-            ) if wanted.contains(&a) => {
-                let x = stored[&(a, k, slot)].clone();
-                vec![Stmt::Let(vs, Op::Copy(x))]
-            }
-            other => vec![other],
-        });
-    }
+            },
+        ) if wanted.contains(&a) => {
+            vec![Stmt::Let(vs, Op::Copy(stored[&(a, k, slot)].clone()))]
+        }
+        other => vec![other],
+    });
 }
 
 /// The arrays to replace: made with a constant count no larger than `MAX_COUNT`, every slot of
