@@ -165,7 +165,10 @@ impl Cx {
         let mut hoisted = Vec::new();
         let mut kept = Vec::with_capacity(body.len());
         for t in std::mem::take(body) {
+            // Not a conversion to an integer: the loop may run it only after the check that
+            // makes it defined in C (a real in range).
             let invariant = match &t {
+                Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)) => false,
                 Stmt::Let(vs, op @ (Op::Length(_) | Op::Unary(..) | Op::Binary(..)))
                     if vs.len() == 1 =>
                 {
