@@ -1298,6 +1298,18 @@ fn compiled_errors_match_the_evaluator() {
              (dot (build (real 3) (lambda (i) i)) (build (real 3) (lambda (i) 2)))\n\
              (dot (build (real 4) (lambda (i) i)) (build (real 2) (lambda (i) 2)))\n",
         ),
+        // An index computed from a counter (`i + 1`, `i - 1`): checked as an integer, or, the
+        // loop unrolled, as a constant; a negative one reported as the evaluator does.
+        (
+            "offset.vlad",
+            "(define v (build (real 3) (lambda (i) i)))\n\
+             (ifold (lambda (s i) (+ s (get v (+ i 1)))) 0 2)\n\
+             (ifold (lambda (s i) (+ s (get v (- i 1)))) 0 (real 3))\n",
+        ),
+        (
+            "offset-small.vlad",
+            "(define v (build 3 (lambda (i) i)))\n(ifold (lambda (s i) (+ s (get v (- i 1)))) 0 3)\n",
+        ),
         // Forward arrays: a forward `build` whose length is negative or too large (the
         // message describes the forward length whole), and `bundle` and `plus` of arrays of
         // different lengths.
