@@ -922,6 +922,31 @@ pub fn stmt_defs(s: &Stmt) -> Vec<Var> {
     }
 }
 
+/// The call graph: each function's callees (guards included), by index, sorted, each once.
+pub fn call_graph(p: &Program) -> Vec<Vec<usize>> {
+    p.funcs
+        .iter()
+        .map(|f| {
+            let mut cs: Vec<usize> = callees(&f.body).iter().map(|c| c.0 as usize).collect();
+            cs.sort_unstable();
+            cs.dedup();
+            cs
+        })
+        .collect()
+}
+
+/// The variables a block assigns with `Set` (joins of branches, loops' variables): those that
+/// may change between two uses.
+pub fn assigned(block: &[Stmt]) -> std::collections::HashSet<Var> {
+    let mut out = std::collections::HashSet::new();
+    walk(block, &mut |s| {
+        if let Stmt::Set(v, _) = s {
+            out.insert(*v);
+        }
+    });
+    out
+}
+
 /// The functions a block calls directly (guards included).
 pub fn callees(block: &[Stmt]) -> Vec<FuncId> {
     let mut out = Vec::new();

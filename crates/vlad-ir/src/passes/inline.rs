@@ -50,9 +50,7 @@ pub fn run(p: &mut Program) {
     for comp in vlad_core::graph::tarjan(p.funcs.len(), &edges) {
         let recursive = comp.len() > 1 || edges[comp[0]].contains(&comp[0]);
         for &id in &comp {
-            let mut wanted: Vec<usize> = edges[id].iter().copied().filter(|&c| ok[c]).collect();
-            wanted.sort_unstable();
-            wanted.dedup();
+            let wanted: Vec<usize> = edges[id].iter().copied().filter(|&c| ok[c]).collect();
             if !wanted.is_empty() {
                 let callees: HashMap<u32, Function> = wanted
                     .iter()
@@ -95,14 +93,6 @@ pub fn run(p: &mut Program) {
                 && inlinable(f, limit);
         }
     }
-}
-
-/// The call graph: each function's callees, by index.
-fn call_graph(p: &Program) -> Vec<Vec<usize>> {
-    p.funcs
-        .iter()
-        .map(|f| callees(&f.body).iter().map(|c| c.0 as usize).collect())
-        .collect()
 }
 
 /// Whether a function (already known not to recurse) may be inlined: a small

@@ -36,16 +36,7 @@ pub struct Stats {
 /// Adds a machine for each deep component of at most `max_size` statements.
 pub fn run(p: &mut Program, max_size: usize) -> Stats {
     let n = p.funcs.len();
-    let calls: Vec<Vec<usize>> = p
-        .funcs
-        .iter()
-        .map(|f| {
-            let mut cs: Vec<usize> = callees(&f.body).iter().map(|c| c.0 as usize).collect();
-            cs.sort_unstable();
-            cs.dedup();
-            cs
-        })
-        .collect();
+    let calls = call_graph(p);
     let mut stats = Stats::default();
     for mut scc in vlad_core::graph::tarjan(n, &calls) {
         scc.sort_unstable();

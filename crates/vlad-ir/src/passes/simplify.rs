@@ -26,15 +26,9 @@ pub fn run(p: &mut Program) {
 
 /// Simplifies one function.
 pub fn function(f: &mut Function) {
-    let mut assigned = HashSet::new();
-    walk(&f.body, &mut |s| {
-        if let Stmt::Set(v, _) = s {
-            assigned.insert(*v);
-        }
-    });
     let mut cx = Cx {
         vars: std::mem::take(&mut f.vars),
-        assigned,
+        assigned: assigned(&f.body),
         subst: HashMap::new(),
         defs: HashMap::new(),
         below: HashMap::new(),
@@ -486,17 +480,11 @@ fn sink(block: &mut Block, uses: &HashMap<Var, usize>) {
 /// left.
 pub fn dead_code(body: &mut Block) {
     loop {
-        let mut used = HashSet::new();
-        walk(body, &mut |s| {
-            for x in stmt_operands(s) {
-                if let Operand::Var(v) = x {
-                    used.insert(*v);
-                }
-            }
-        });
+        let mut used = HashMap::new();
+        walk(body, &mut |s| count_uses(s, &mut used));
         let mut removed = false;
         flat_map(body, &mut |s| match &s {
-            Stmt::Let(vs, op) if is_pure(op) && vs.iter().all(|v| !used.contains(v)) => {
+            Stmt::Let(vs, op) if is_pure(op) && vs.iter().all(|v| !used.contains_key(v)) => {
                 removed = true;
                 vec![]
             }

@@ -15,12 +15,7 @@ pub const MAX_SIZE: usize = 60;
 
 pub fn run(p: &mut Program) {
     for f in &mut p.funcs {
-        let mut assigned = HashSet::new();
-        walk(&f.body, &mut |s| {
-            if let Stmt::Set(v, _) = s {
-                assigned.insert(*v);
-            }
-        });
+        let assigned = assigned(&f.body);
         let mut vars = std::mem::take(&mut f.vars);
         flat_map(&mut f.body, &mut |s| version(s, &assigned, &mut vars));
         f.vars = vars;
