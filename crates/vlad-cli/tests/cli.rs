@@ -601,6 +601,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("array-lengths", "5\n"),
     ("array-dot", "4\n"),
     ("small-vectors", "2\n"),
+    ("forward-grad-dot", "4\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

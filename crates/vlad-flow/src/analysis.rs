@@ -107,10 +107,10 @@ pub struct Analysis<'a> {
     summary_versions: HashMap<CodeId, u64>,
     /// The transforms of codes (`ad.rs`, `transform_code`).
     pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
-    /// For each code of no free variables called so far: the number of forward tags `d` if
-    /// it is `build`'s forward version transformed by `forward` `d - 1` more times
-    /// (`forward_build`).
-    forward_builds: HashMap<CodeId, Option<usize>>,
+    /// For each code of no free variables called so far: `build` or `ifold` and the number of
+    /// forward tags `d` if it is that primitive's forward version transformed by `forward`
+    /// `d - 1` more times (`forward_build`, `forward_ifold`).
+    forward_loops: HashMap<CodeId, Option<(Prim, usize)>>,
     /// Computing the images of boxed callees only: summaries are not mapped.
     pub(crate) envs_off: bool,
     /// `bundle` of boxed values in progress (its memo assumes fixed summaries).
@@ -177,6 +177,10 @@ pub enum Target {
     /// The forward version of `build` (paper 002's D-Build), run as a loop instead of its
     /// definition's list: the call of the element procedure on each forward index.
     ForwardBuild(Box<Target>),
+    /// The forward version of `ifold` (paper 002's D-IFold), run as a loop instead of its
+    /// definition's recursion: the call of the step procedure on each forward pair of the
+    /// accumulator and the index.
+    ForwardIfold(Box<Target>),
     /// `ifold`: the call of the step procedure.
     Ifold(Box<Target>),
     /// `%ifold-tape`: the call of the step procedure.
@@ -214,7 +218,7 @@ impl<'a> Analysis<'a> {
             callee_maps: HashMap::new(),
             summary_versions: HashMap::new(),
             transformed_codes: HashMap::new(),
-            forward_builds: HashMap::new(),
+            forward_loops: HashMap::new(),
             envs_off: false,
             bundling: 0,
             debug: std::env::var_os("VLAD_FLOW_DEBUG").is_some(),
@@ -694,10 +698,13 @@ impl<'a> Analysis<'a> {
             Av::Prim(p) => self.prim_t(*p, a)?,
             Av::Closure(c, env) => {
                 if env.is_empty() {
-                    if let Some(d) = self.forward_build_depth(*c) {
-                        if let Some(r) = self.forward_build(a, d)? {
-                            return Ok(r);
-                        }
+                    let r = match self.forward_loop(*c) {
+                        Some((Prim::Build, d)) => self.forward_build(a, d)?,
+                        Some((_, d)) => self.forward_ifold(a, d)?,
+                        None => None,
+                    };
+                    if let Some(r) = r {
+                        return Ok(r);
                     }
                 }
                 let (r, k) = self.call(*c, env.clone(), a.clone())?;
@@ -730,24 +737,52 @@ impl<'a> Analysis<'a> {
         })
     }
 
-    /// `d` if code `c` is `build`'s forward version transformed by `forward` `d - 1` more
-    /// times (the `build` of nested forward derivatives).
-    fn forward_build_depth(&mut self, c: CodeId) -> Option<usize> {
-        if let Some(d) = self.forward_builds.get(&c) {
+    /// `build` or `ifold`, and `d`, if code `c` is that primitive's forward version
+    /// transformed by `forward` `d - 1` more times (the loops of nested forward derivatives).
+    fn forward_loop(&mut self, c: CodeId) -> Option<(Prim, usize)> {
+        if let Some(d) = self.forward_loops.get(&c) {
             return *d;
         }
         let tags = self.code_tags(c);
-        let d = if self.prim_version(c, Tag::Forward) == Some(Prim::Build) {
-            Some(1)
-        } else if tags.depth() >= 2 && tags.iter().all(|t| t == Tag::Forward) {
-            self.untransform_code(c, Tag::Forward)
-                .and_then(|inner| self.forward_build_depth(inner))
-                .map(|d| d + 1)
-        } else {
-            None
+        let d = match self.prim_version(c, Tag::Forward) {
+            Some(p @ (Prim::Build | Prim::Ifold)) => Some((p, 1)),
+            _ if tags.depth() >= 2 && tags.iter().all(|t| t == Tag::Forward) => self
+                .untransform_code(c, Tag::Forward)
+                .and_then(|inner| self.forward_loop(inner))
+                .map(|(p, d)| (p, d + 1)),
+            _ => None,
         };
-        self.forward_builds.insert(c, d);
+        self.forward_loops.insert(c, d);
         d
+    }
+
+    /// The `d` forward tags of a forward loop's argument `a`, and the pair it is, if it is a
+    /// pair of those tags whose `count` part (selected by `count`) is a real `d` bundles deep.
+    fn forward_loop_arg(
+        &mut self,
+        a: &Av,
+        d: usize,
+        count: impl Fn(&Av) -> Option<Av>,
+    ) -> R<Option<(Tags, Av, Av)>> {
+        let a = self.force_shallow(a)?;
+        let mut tags = Tags::EMPTY;
+        for _ in 0..d {
+            let Some(t) = tags.push(Tag::Forward) else {
+                return Ok(None);
+            };
+            tags = t;
+        }
+        let Some(n) = count(&a) else {
+            return Ok(None);
+        };
+        let Some(p) = innermost_primal(&n, d) else {
+            return Ok(None);
+        };
+        if !matches!(p, Av::Real(_)) || !matches!(&a, Av::Pair(t, ..) if *t == tags) {
+            return Ok(None);
+        }
+        let p = p.clone();
+        Ok(Some((tags, a, p)))
     }
 
     /// The forward version of `build` at `d` forward tags applied to `a`, without analysing
@@ -761,24 +796,17 @@ impl<'a> Analysis<'a> {
     /// definition) where the argument is not a forward pair of a forward real and something
     /// else.
     fn forward_build(&mut self, a: &Av, d: usize) -> R<Option<(Av, Target)>> {
-        let a = self.force_shallow(a)?;
-        let mut tags = Tags::EMPTY;
-        for _ in 0..d {
-            let Some(t) = tags.push(Tag::Forward) else {
-                return Ok(None);
-            };
-            tags = t;
-        }
-        let Av::Pair(t, n, f) = &a else {
+        let count = |a: &Av| match a {
+            Av::Pair(_, n, _) => Some((**n).clone()),
+            _ => None,
+        };
+        let Some((tags, a, p)) = self.forward_loop_arg(a, d, count)? else {
             return Ok(None);
         };
-        let Some(p) = innermost_primal(n, d) else {
+        let Av::Pair(_, _, f) = &a else {
             return Ok(None);
         };
-        if *t != tags || !matches!(p, Av::Real(_)) {
-            return Ok(None);
-        }
-        let known_empty = *p == Av::known_real(0.0);
+        let known_empty = p == Av::known_real(0.0);
         let index = self.lift(Av::real(), tags)?;
         let (elem, target) = if known_empty {
             (Av::Bottom, Target::Unreachable)
@@ -786,9 +814,53 @@ impl<'a> Analysis<'a> {
             self.apply_t(f, &index)?
         };
         Ok(Some((
-            Av::array(tags, known_length(p), elem),
+            Av::array(tags, known_length(&p), elem),
             Target::ForwardBuild(Box::new(target)),
         )))
+    }
+
+    /// The forward version of `ifold` at `d` forward tags applied to `a`, without analysing
+    /// its definition's recursive loop (which the analysis would specialise on the first
+    /// indices, each a function of its own, and the IR could not treat as one loop). Its
+    /// meaning (paper 002 Fig. 6, D-IFold): the accumulator threaded through `f` applied to
+    /// the forward pair of the accumulator and each index `i` below the (innermost) primal of
+    /// the count, lifted to the `d` forward tags. `None` (analyse the definition) where the
+    /// argument is not a forward list of a procedure, an accumulator and a forward real.
+    fn forward_ifold(&mut self, a: &Av, d: usize) -> R<Option<(Av, Target)>> {
+        let count = |a: &Av| match a {
+            Av::Pair(t, _, rest) => match &**rest {
+                Av::Pair(u, _, n) if u == t => Some((**n).clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((tags, a, p)) = self.forward_loop_arg(a, d, count)? else {
+            return Ok(None);
+        };
+        let Av::Pair(_, f, rest) = &a else {
+            return Ok(None);
+        };
+        let Av::Pair(_, init, _) = &**rest else {
+            return Ok(None);
+        };
+        if p == Av::known_real(0.0) {
+            return Ok(Some((
+                (**init).clone(),
+                Target::ForwardIfold(Box::new(Target::Unreachable)),
+            )));
+        }
+        let index = self.lift(Av::real(), tags)?;
+        // As `ifold`: the accumulator a fixpoint over the iterations.
+        let mut acc = (**init).clone();
+        loop {
+            let arg = Av::tagged_pair(tags, acc.clone(), index.clone());
+            let (r, t) = self.apply_t(f, &arg)?;
+            let next = acc.join(&r, &mut self.boxes).bounded(&mut self.boxes);
+            if next == acc {
+                return Ok(Some((acc, Target::ForwardIfold(Box::new(t)))));
+            }
+            acc = next;
+        }
     }
 
     /// A primitive applied: its result, and its target (the higher-order primitives have the

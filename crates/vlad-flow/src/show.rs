@@ -183,6 +183,7 @@ fn show_target(t: &Target) -> String {
         Target::Build(t) => format!("build[{}]", show_target(t)),
         Target::ForwardBuild(t) => format!("forward-build[{}]", show_target(t)),
         Target::Ifold(t) => format!("ifold[{}]", show_target(t)),
+        Target::ForwardIfold(t) => format!("forward-ifold[{}]", show_target(t)),
         Target::IfoldTape(t) => format!("ifold-tape[{}]", show_target(t)),
         Target::Dispatch(ts) => format!("dispatch[{}]", list(&ts.iter().collect::<Vec<_>>())),
         Target::NotProcedure => "not-procedure".into(),

@@ -173,6 +173,7 @@ impl Target {
             Target::Build(t)
             | Target::ForwardBuild(t)
             | Target::Ifold(t)
+            | Target::ForwardIfold(t)
             | Target::IfoldTape(t) => t.keys(out),
             Target::Dispatch(ts) => {
                 for t in ts {

@@ -1060,3 +1060,289 @@ fn a_function_whose_only_call_was_inlined_is_left_a_stub() {
     // The entry keeps its body.
     assert!(crate::print::function(&p, FuncId(0)).contains("load a0"));
 }
+
+/// Forward `grad` of a dot product as the lowering gives it once inlined:
+/// `build n (i -> tangent (ifold ((s0, s1), j -> (s0 + x_j v_j, s1 + (x_j 0 + h_j v_j))) (z, 0) n))`
+/// where `h = build n (j -> if i = j then 1 else 0)` is the one-hot tangent of `x` (`init`:
+/// the tangent accumulator's initial value).
+fn forward_grad_dot(init: f64) -> Function {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let x = b.named_var(arr.clone(), "x".into());
+    let v = b.named_var(arr.clone(), "v".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let g = b.var(arr.clone(), "g");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    // The one-hot array.
+    let h = b.var(arr, "h");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::IEq, Operand::Var(i), Operand::Var(j)),
+    );
+    let t = b.var(Ty::F64, "t");
+    b.push(Stmt::Declare(vec![t]));
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Set(t, Operand::F64(1.0))],
+        els: vec![Stmt::Set(t, Operand::F64(0.0))],
+    });
+    let hot = b.close();
+    b.push(Stmt::Build {
+        array: h,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: j,
+        body: hot,
+        elem: vec![Operand::Var(t)],
+    });
+    // The dual dot product.
+    let (s0, s1) = (b.var(Ty::F64, "s"), b.var(Ty::F64, "s"));
+    let k = b.var(Ty::I64, "k");
+    b.open();
+    let load = |b: &mut Builder, a: Var| {
+        b.let1(
+            Ty::F64,
+            "a",
+            Op::Load {
+                array: Operand::Var(a),
+                index: Operand::Var(k),
+                slot: 0,
+            },
+        )
+    };
+    let (xk, hk, vk) = (load(&mut b, x), load(&mut b, h), load(&mut b, v));
+    let bin = |b: &mut Builder, op, p: Var, q: Operand| {
+        b.let1(Ty::F64, "p", Op::Binary(op, Operand::Var(p), q))
+    };
+    let p = bin(&mut b, BinOp::FMul, xk, Operand::Var(vk));
+    let n0 = bin(&mut b, BinOp::FAdd, s0, Operand::Var(p));
+    let q0 = bin(&mut b, BinOp::FMul, xk, Operand::F64(0.0));
+    let q1 = bin(&mut b, BinOp::FMul, hk, Operand::Var(vk));
+    let q = bin(&mut b, BinOp::FAdd, q0, Operand::Var(q1));
+    let n1 = bin(&mut b, BinOp::FAdd, s1, Operand::Var(q));
+    let step = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s0, s1],
+        init: vec![Operand::F64(0.0), Operand::F64(init)],
+        count: Operand::Var(n),
+        index: k,
+        body: step,
+        next: vec![Operand::Var(n0), Operand::Var(n1)],
+    });
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: g,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(s1)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(g)]));
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    b.finish(spec(0), vec![x, v], std::iter::once(arr).collect())
+}
+
+#[test]
+fn a_build_read_only_by_gets_is_fused_and_an_unread_accumulator_dropped() {
+    let mut f = forward_grad_dot(0.0);
+    verify(&program(vec![f.clone()])).unwrap();
+    assert!(passes::fuse::function(&mut f));
+    passes::simplify::function(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The one-hot array is not made: its step is computed where it is read.
+    assert_eq!(text.matches("= build").count(), 1, "{text}");
+    assert!(text.contains("= ieq i"), "{text}");
+    // The primal half of the dual number is not computed: one accumulator, no x_j v_j.
+    assert!(text.contains("= ifold from (0.0) count"), "{text}");
+    assert_eq!(text.matches("fmul").count(), 2, "{text}");
+}
+
+#[test]
+fn a_fold_that_adds_zeros_but_at_one_index_runs_that_step_behind_a_guard() {
+    let mut f = forward_grad_dot(0.0);
+    passes::scalar_optimise(&mut f);
+    let mut p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The guard (x and v finite, tested as `a * 0 = 0`) is a loop of its own, before the
+    // loop over i (it reads nothing that loop defines).
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at(": bool = ifold from (#t)") < at("= build"), "{text}");
+    assert_eq!(text.matches("feq").count(), 2, "{text}");
+    // Where it holds, the entry is the step at i; where not, the loop over every j.
+    assert!(text.contains("if ok"), "{text}");
+    assert_eq!(text.matches("= ifold").count(), 1, "{text}");
+    assert!(text.contains("for "), "{text}");
+    passes::loops::run(&mut p);
+    verify(&p).unwrap();
+
+    // A fold whose tangent starts at -0 is left alone: -0 + 0 is +0, not -0.
+    let mut f = forward_grad_dot(-0.0);
+    passes::scalar_optimise(&mut f);
+    let text = crate::print::function(&program(vec![f]), FuncId(0));
+    assert!(!text.contains("from (#t)"), "{text}");
+    assert!(text.contains("ieq"), "{text}");
+}
+
+#[test]
+fn a_fold_that_adds_what_is_not_zero_at_other_indices_is_left_alone() {
+    let mut f = forward_grad_dot(0.0);
+    // s1 + (x_j 0 + h_j v_j) becomes s1 + (x_j + h_j v_j): x_j is no zero.
+    walk_mut(&mut f.body, &mut |s| {
+        if let Stmt::Let(_, Op::Binary(BinOp::FMul, x, Operand::F64(z))) = s {
+            if *z == 0.0 {
+                let x = x.clone();
+                *s = Stmt::Let(stmt_defs(s), Op::Copy(x));
+            }
+        }
+    });
+    passes::scalar_optimise(&mut f);
+    let text = crate::print::function(&program(vec![f]), FuncId(0));
+    assert!(!text.contains("from (#t)"), "{text}");
+    assert_eq!(text.matches("= ifold").count(), 1, "{text}");
+}
+
+#[test]
+fn a_check_that_two_lengths_are_equal_proves_reads_of_the_one_by_a_loop_over_the_other() {
+    // if (length u = length w) {} else {fail}; ifold over length u reading w[j], checked
+    // against length w: proved after the check, not before nor outside its block.
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let u = b.named_var(arr.clone(), "u".into());
+    let w = b.named_var(arr, "w".into());
+    let nu = b.let1(Ty::I64, "nu", Op::Length(Operand::Var(u)));
+    let nw = b.let1(Ty::I64, "nw", Op::Length(Operand::Var(w)));
+    let same = b.let1(
+        Ty::Bool,
+        "same",
+        Op::Binary(BinOp::IEq, Operand::Var(nu), Operand::Var(nw)),
+    );
+    let fold = |b: &mut Builder, site: i64| {
+        let s = b.var(Ty::F64, "s");
+        let j = b.var(Ty::I64, "j");
+        b.open();
+        let k = b.let1(
+            Ty::I64,
+            "k",
+            Op::Rt(
+                Rt::IndexI64,
+                vec![Operand::I64(site), Operand::Var(j), Operand::Var(nw)],
+            ),
+        );
+        let a = b.let1(
+            Ty::F64,
+            "a",
+            Op::Load {
+                array: Operand::Var(w),
+                index: Operand::Var(k),
+                slot: 0,
+            },
+        );
+        let t = b.let1(
+            Ty::F64,
+            "t",
+            Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(a)),
+        );
+        let body = b.close();
+        b.push(Stmt::Ifold {
+            accs: vec![s],
+            init: vec![Operand::F64(0.0)],
+            count: Operand::Var(nu),
+            index: j,
+            body,
+            next: vec![Operand::Var(t)],
+        });
+        s
+    };
+    let before = fold(&mut b, 1);
+    // if (a0 > 0) { check; fold } then a fold after the branch: the check holds in the branch.
+    let a = b.named_var(Ty::F64, "a0".into());
+    let positive = b.let1(
+        Ty::Bool,
+        "pos",
+        Op::Binary(BinOp::FGt, Operand::Var(a), Operand::F64(0.0)),
+    );
+    b.open();
+    b.effect(Op::Rt(
+        Rt::LengthFail,
+        vec![
+            Operand::Str("bundle".into()),
+            Operand::Var(nu),
+            Operand::Var(nw),
+        ],
+    ));
+    let fail = b.close();
+    b.open();
+    b.push(Stmt::If {
+        cond: Operand::Var(same),
+        then: vec![],
+        els: fail,
+    });
+    let inside = fold(&mut b, 2);
+    let then = b.close();
+    let result = b.var(Ty::F64, "res");
+    let mut then = then;
+    then.push(Stmt::Set(result, Operand::Var(inside)));
+    b.push(Stmt::Declare(vec![result]));
+    b.push(Stmt::If {
+        cond: Operand::Var(positive),
+        then,
+        els: vec![Stmt::Set(result, Operand::F64(0.0))],
+    });
+    let after = fold(&mut b, 3);
+    let r = b.let1(
+        Ty::F64,
+        "r",
+        Op::Binary(BinOp::FAdd, Operand::Var(before), Operand::Var(after)),
+    );
+    let r2 = b.let1(
+        Ty::F64,
+        "r",
+        Op::Binary(BinOp::FAdd, Operand::Var(r), Operand::Var(result)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(r2)]));
+    let mut f = b.finish(spec(0), vec![u, w, a], layout(&[Ty::F64]));
+    passes::simplify::function(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("vl_index_i(1i"), "{text}");
+    assert!(!text.contains("vl_index_i(2i"), "{text}");
+    assert!(text.contains("vl_index_i(3i"), "{text}");
+}
+
+#[test]
+fn a_variable_assigned_once_where_it_is_declared_becomes_a_definition() {
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::F64, "a0".into());
+    let t = b.var(Ty::F64, "t");
+    b.push(Stmt::Declare(vec![t]));
+    b.push(Stmt::If {
+        cond: Operand::Bool(true),
+        then: vec![Stmt::Set(t, Operand::F64(1.0))],
+        els: vec![Stmt::Set(t, Operand::F64(0.0))],
+    });
+    let p = b.let1(
+        Ty::F64,
+        "p",
+        Op::Binary(BinOp::FMul, Operand::Var(a), Operand::Var(t)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(p)]));
+    let mut f = b.finish(spec(0), vec![a], layout(&[Ty::F64]));
+    // Twice: the branch on a constant is spliced, then its assignment is a definition, and
+    // `a0 * 1` is `a0`.
+    passes::simplify::function(&mut f);
+    passes::simplify::function(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("var "), "{text}");
+    assert!(text.contains("return a0"), "{text}");
+}

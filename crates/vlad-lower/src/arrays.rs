@@ -369,10 +369,28 @@ impl Lowerer<'_, '_> {
         let Some(e) = Self::array_elem(out).cloned() else {
             return self.unsupported("a forward `build` that does not give an array");
         };
+        let nx = self.forward_count(&n, tags, site, "build", "length")?;
+        let index = self.forward_index(tags)?;
+        self.build_loop(t, &nx, f, index, &e, out, site)
+    }
+
+    /// The count `n` of a forward loop at the forward tags `tags` (`op`'s `what`): checked on
+    /// its innermost primal, described whole in the error, as the evaluator's `%build-length`
+    /// and `%ifold-count` check it. The innermost primal, a real.
+    fn forward_count(
+        &mut self,
+        n: &Val,
+        tags: Tags,
+        site: i64,
+        op: &str,
+        what: &str,
+    ) -> R<Operand> {
         let mut primal = n.clone();
         for _ in 0..tags.depth() {
             let Av::Bundle(p, d) = &primal.av else {
-                return self.unsupported("a forward `build` whose length is not a forward real");
+                return self.unsupported(format!(
+                    "a forward `{op}` whose {what} is not a forward real"
+                ));
             };
             let leaves = self.split(&[p, d], &primal.leaves)?.swap_remove(0);
             primal = Val {
@@ -381,17 +399,19 @@ impl Lowerer<'_, '_> {
             };
         }
         let Some(nx) = Self::real_expr(&primal) else {
-            return self.unsupported("a forward `build` whose length is not a forward real");
+            return self.unsupported(format!(
+                "a forward `{op}` whose {what} is not a forward real"
+            ));
         };
         let ok = self.rt(Ty::Bool, Rt::CountOk, vec![nx.clone()]);
         let ((), fail) = self.block(|s| {
-            let b = s.boxed_for_display(&n)?;
+            let b = s.boxed_for_display(n)?;
             s.rt_effect(
                 Rt::CountFail,
                 vec![
                     Operand::I64(site),
-                    Operand::Str("build".into()),
-                    Operand::Str("length".into()),
+                    Operand::Str(op.into()),
+                    Operand::Str(what.into()),
                     nx.clone(),
                     b,
                 ],
@@ -403,11 +423,17 @@ impl Lowerer<'_, '_> {
             then: Vec::new(),
             els: fail,
         });
+        Ok(nx)
+    }
+
+    /// An index of a forward loop at the forward tags `tags`: its tangents are known zeros,
+    /// so it has one leaf, the index.
+    fn forward_index(&mut self, tags: Tags) -> R<Av> {
         let index = self.an.lift_av(Av::real(), tags).map_err(flow_error)?;
         if self.layout(&index)? != [Ty::F64] {
             return self.unsupported("internal: a forward index of another layout");
         }
-        self.build_loop(t, &nx, f, index, &e, out, site)
+        Ok(index)
     }
 
     /// The loop of a `build` whose length `nx` was checked: element `i` is `f` applied to
@@ -467,12 +493,53 @@ impl Lowerer<'_, '_> {
     /// analysis's fixpoint `out`, threaded through `f` called on 0, 1, ... in order.
     pub(crate) fn ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
         let (f, init, nx) = self.ifold_args(&a, site, "ifold")?;
+        self.ifold_loop(t, f, init, &nx, Tags::EMPTY, Av::real(), out, site)
+    }
+
+    /// The forward version of `ifold` (`Target::ForwardIfold`), at the forward tags of its
+    /// argument: the count is a forward real (checked as `forward_build` checks its length),
+    /// and `f` is called on the forward pair of the accumulator and the index lifted to the
+    /// tags (paper 002's D-IFold).
+    pub(crate) fn forward_ifold(&mut self, t: &Target, a: Val, out: &Av, site: i64) -> R<Val> {
+        let Av::Pair(tags, f_av, rest_av) = &a.av else {
+            return self.unsupported("a forward `ifold` of an argument that is not a list");
+        };
+        let tags = *tags;
+        let Av::Pair(_, init_av, n_av) = &**rest_av else {
+            return self.unsupported("a forward `ifold` of an argument that is not a list");
+        };
+        let mut parts = self.parts(&a, &[f_av, rest_av])?;
+        let rest = parts.pop().expect("two parts");
+        let f = parts.pop().expect("two parts");
+        let mut parts = self.parts(&rest, &[init_av, n_av])?;
+        let n = parts.pop().expect("two parts");
+        let init = parts.pop().expect("two parts");
+        let nx = self.forward_count(&n, tags, site, "ifold", "count")?;
+        let index = self.forward_index(tags)?;
+        self.ifold_loop(t, f, init, &nx, tags, index, out, site)
+    }
+
+    /// The loop of an `ifold` whose count `nx` was checked: the accumulator, in the layout of
+    /// `out`, threaded through `f` applied to the pair (of tags `tags`) of the accumulator and
+    /// the index, a value of `index_av` whose one leaf is the index.
+    #[allow(clippy::too_many_arguments)]
+    fn ifold_loop(
+        &mut self,
+        t: &Target,
+        f: Val,
+        init: Val,
+        nx: &Operand,
+        tags: Tags,
+        index_av: Av,
+        out: &Av,
+        site: i64,
+    ) -> R<Val> {
         let init = self.coerce(init, out)?;
         if *t == Target::Unreachable {
             return Ok(init);
         }
         let layout = self.layout(out)?;
-        let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx));
+        let len = self.let1(Ty::I64, Op::Unary(UnOp::F64ToI64, nx.clone()));
         let accs: Vec<vlad_ir::Var> = layout
             .iter()
             .map(|ty| self.b.var(ty.clone(), "t"))
@@ -484,7 +551,7 @@ impl Lowerer<'_, '_> {
             let mut leaves = acc_leaves.clone();
             leaves.push(x);
             let arg = Val {
-                av: Av::pair(out.clone(), Av::real()),
+                av: Av::tagged_pair(tags, out.clone(), index_av.clone()),
                 leaves,
             };
             let r = s.apply(t, f, arg, out, site)?;

@@ -1125,6 +1125,7 @@ impl Lowerer<'_, '_> {
             Target::Build(t) => self.build(t, a, out, site),
             Target::ForwardBuild(t) => self.forward_build(t, a, out, site),
             Target::Ifold(t) => self.ifold(t, a, out, site),
+            Target::ForwardIfold(t) => self.forward_ifold(t, a, out, site),
             Target::IfoldTape(t) => self.ifold_tape(t, a, out, site),
             Target::NotProcedure => {
                 let b = self.boxed_for_display(&f)?;

@@ -333,17 +333,42 @@ impl<'a> Executor<'a> {
                 };
                 let mut elems = Vec::with_capacity(len as usize);
                 for i in 0..len as usize {
-                    let mut index = Value::Real(i as f64);
-                    for _ in 0..tags.depth() {
-                        let zero = self.ev.apply_primitive(Prim::Zero, index.clone(), span)?;
-                        let t = self.ev.apply_primitive(Prim::Perturb, zero, span)?;
-                        let pair = Value::pair(vlad_core::Tags::EMPTY, index, t);
-                        index = self.ev.apply_primitive(Prim::Bundle, pair, span)?;
-                    }
+                    let index = self.forward_index(i, tags, span)?;
                     let v = self.apply(elem, f.clone(), index, span, false)?;
                     elems.push(self.finish(v)?);
                 }
                 Ok(Out::Value(Value::array(tags, elems)))
+            }
+            Target::ForwardIfold(step) => {
+                // The forward `ifold` as its definition runs it: the count checked (a forward
+                // real), `f` called on the forward pairs of the accumulator and the indices
+                // lifted to the argument's forward tags.
+                let tags = a.tags();
+                let parts = match &a {
+                    Value::Pair(p) => match &p.cdr {
+                        Value::Pair(q) => Some((p.car.clone(), q.car.clone(), q.cdr.clone())),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let Some((f, init, n)) = parts else {
+                    return Err(internal(span, "a forward `ifold` of a non-list"));
+                };
+                let mut count = self.ev.apply_primitive(Prim::IfoldCount, n, span)?;
+                for _ in 0..tags.depth() {
+                    count = self.ev.apply_primitive(Prim::Primal, count, span)?;
+                }
+                let Value::Real(count) = count else {
+                    return Err(internal(span, "a bad count"));
+                };
+                let mut acc = init;
+                for i in 0..count as usize {
+                    let index = self.forward_index(i, tags, span)?;
+                    let v =
+                        self.apply(step, f.clone(), Value::pair(tags, acc, index), span, false)?;
+                    acc = self.finish(v)?;
+                }
+                Ok(Out::Value(acc))
             }
             Target::Ifold(step) => {
                 let (f, rest) = two(&a, span)?;
@@ -383,6 +408,19 @@ impl<'a> Executor<'a> {
             Target::NotProcedure => Err(not_procedure(&f, span)),
             Target::Unreachable => Err(internal(span, "a call the analysis found unreachable")),
         }
+    }
+
+    /// Index `i` lifted to the forward tags `tags` (its tangents zero), as the forward loops'
+    /// definitions make it.
+    fn forward_index(&mut self, i: usize, tags: vlad_core::Tags, span: Span) -> R<Value> {
+        let mut index = Value::Real(i as f64);
+        for _ in 0..tags.depth() {
+            let zero = self.ev.apply_primitive(Prim::Zero, index.clone(), span)?;
+            let t = self.ev.apply_primitive(Prim::Perturb, zero, span)?;
+            let pair = Value::pair(vlad_core::Tags::EMPTY, index, t);
+            index = self.ev.apply_primitive(Prim::Bundle, pair, span)?;
+        }
+        Ok(index)
     }
 
     fn finish(&mut self, o: Out) -> R<Value> {

@@ -47,6 +47,10 @@ pub fn run(p: &mut Program) {
     }
     // Callees before callers: a callee is inlined with its own calls inlined already.
     let mut ok = vec![false; p.funcs.len()];
+    // Whether each function may allocate, as it is once optimised (sinking moves the boxing of
+    // an error message's operands into the branch that fails, which does not count); until
+    // then, as it was lowered.
+    let mut allocates: Vec<bool> = p.ids().map(|id| allocating.contains(&id)).collect();
     for comp in vlad_core::graph::tarjan(p.funcs.len(), &edges) {
         let recursive = comp.len() > 1 || edges[comp[0]].contains(&comp[0]);
         for &id in &comp {
@@ -83,14 +87,14 @@ pub fn run(p: &mut Program) {
                 && f.results
                     .iter()
                     .all(|t| !t.holds_pointer() || matches!(t, Ty::Array(_)));
+            allocates[id] = marks::allocates_itself(f)
+                || callees(&f.body).iter().any(|c| allocates[c.0 as usize]);
             let limit = if calls[id] == 1 {
                 MAX_SIZE_ONCE
             } else {
                 MAX_SIZE
             };
-            ok[id] = !recursive
-                && (unmarked || !allocating.contains(&FuncId(id as u32)))
-                && inlinable(f, limit);
+            ok[id] = !recursive && (unmarked || !allocates[id]) && inlinable(f, limit);
         }
     }
 }

@@ -63,7 +63,7 @@ fn lower(block: &mut Block, vars: &mut Vec<VarInfo>) {
 
 /// `accs := next` all at once: through temporaries where a new value reads an accumulator
 /// assigned before it.
-fn assign_all(accs: &[Var], next: Vec<Operand>, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+pub(crate) fn assign_all(accs: &[Var], next: Vec<Operand>, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let reads_acc = next
         .iter()
         .enumerate()

@@ -107,17 +107,32 @@ fn closure_over(
 }
 
 /// Whether a function's own statements allocate (calls aside). A machine's entry runs the
-/// machine, which runs copies of its members' bodies: it allocates if they do.
-fn allocates_itself(f: &Function) -> bool {
-    let mut yes = matches!(f.kind, FuncKind::MachineEntry { .. });
-    walk(&f.body, &mut |s| match s {
-        Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates => yes = true,
-        Stmt::Let(_, Op::NewArray { .. } | Op::ArrayOf { .. }) | Stmt::Build { .. } => yes = true,
-        Stmt::Let(_, Op::ReleaseCarrying { .. } | Op::Collect { .. }) => yes = true,
-        Stmt::MachineCall { .. } => yes = true,
-        _ => {}
-    });
-    yes
+/// machine, which runs copies of its members' bodies: it allocates if they do. A block that
+/// ends the program (boxing the operands of an error message, then failing) does not count:
+/// nothing after it could reuse the memory.
+pub fn allocates_itself(f: &Function) -> bool {
+    fn block(b: &[Stmt]) -> bool {
+        if b.iter()
+            .any(|s| matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().noreturn))
+        {
+            return false;
+        }
+        b.iter().any(|s| {
+            matches!(
+                s,
+                Stmt::Let(
+                    _,
+                    Op::NewArray { .. }
+                        | Op::ArrayOf { .. }
+                        | Op::ReleaseCarrying { .. }
+                        | Op::Collect { .. }
+                ) | Stmt::Build { .. }
+                    | Stmt::MachineCall { .. }
+            ) || matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates)
+                || children(s).into_iter().any(|c| block(c))
+        })
+    }
+    matches!(f.kind, FuncKind::MachineEntry { .. }) || block(&f.body)
 }
 
 pub fn run(p: &mut Program) {

@@ -4,6 +4,7 @@
 
 pub mod carry;
 pub mod dead;
+pub mod fuse;
 pub mod inline;
 pub mod loops;
 pub mod machines;
@@ -11,6 +12,7 @@ pub mod marks;
 pub mod scalars;
 pub mod simplify;
 pub mod sites;
+pub mod sparse;
 pub mod tail;
 pub mod units;
 pub mod version;
@@ -50,6 +52,12 @@ pub struct Stats {
 /// constants, and the arrays it reads can then be replaced in turn).
 pub fn scalar_optimise(f: &mut Function) {
     simplify::function(f);
+    if fuse::function(f) {
+        simplify::function(f);
+    }
+    if sparse::function(f) {
+        simplify::function(f);
+    }
     for _ in 0..2 {
         scalars::unroll(f);
         simplify::function(f);

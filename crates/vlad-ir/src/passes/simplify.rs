@@ -26,6 +26,7 @@ pub fn run(p: &mut Program) {
 
 /// Simplifies one function.
 pub fn function(f: &mut Function) {
+    single_assignments(&mut f.body);
     let mut cx = Cx {
         vars: std::mem::take(&mut f.vars),
         assigned: assigned(&f.body),
@@ -36,6 +37,7 @@ pub fn function(f: &mut Function) {
         avail: vec![HashMap::new()],
         lengths: HashMap::new(),
         integers: HashMap::new(),
+        facts: Vec::new(),
     };
     let mut body = std::mem::take(&mut f.body);
     cx.block(&mut body);
@@ -66,11 +68,15 @@ struct Cx {
     lengths: HashMap<Var, i64>,
     /// Reals that are integers computed as such too (`integer_sum`).
     integers: HashMap<Var, Operand>,
+    /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
+    /// which hold only in the rest of that block.
+    facts: Vec<Vec<Var>>,
 }
 
 impl Cx {
     fn block(&mut self, block: &mut Block) {
         self.avail.push(HashMap::new());
+        self.facts.push(Vec::new());
         let mut out = Vec::with_capacity(block.len());
         let mut todo: std::collections::VecDeque<Stmt> = std::mem::take(block).into();
         while let Some(mut s) = todo.pop_front() {
@@ -122,6 +128,7 @@ impl Cx {
                     self.rename(x);
                 }
             }
+            self.learn_check(&s);
             out.extend(self.hoist(&mut s));
             if let Stmt::Build {
                 array,
@@ -139,6 +146,72 @@ impl Cx {
         }
         *block = out;
         self.avail.pop();
+        for v in self.facts.pop().unwrap_or_default() {
+            self.subst.remove(&v);
+        }
+    }
+
+    /// What a check tells the rest of its block: after `if c {} else {fail}` (a branch that
+    /// never returns), `c` is true, and so are both operands of an `and` it is; an integer
+    /// equality that is true makes the later uses of its second operand read the first (the
+    /// index checks against the length of one of two arrays of equal length, which `bundle`
+    /// or `same-length` checked, are then proved by a loop over the other).
+    fn learn_check(&mut self, s: &Stmt) {
+        let Stmt::If {
+            cond: Operand::Var(c),
+            then,
+            els,
+        } = s
+        else {
+            return;
+        };
+        let fails = |b: &Block| {
+            b.iter()
+                .any(|t| matches!(t, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().noreturn))
+        };
+        let holds = match (fails(then), fails(els)) {
+            (false, true) => true,
+            (true, false) => false,
+            _ => return,
+        };
+        self.learn_truth(*c, holds, 0);
+    }
+
+    fn learn_truth(&mut self, c: Var, holds: bool, depth: u32) {
+        if depth > 8 || !self.is_fixed(&Operand::Var(c)) {
+            return;
+        }
+        self.add_fact(c, Operand::Bool(holds));
+        match self.defs.get(&c).cloned() {
+            Some(Op::Binary(BinOp::And, x, y)) if holds => {
+                for v in [x, y].iter().filter_map(Operand::var) {
+                    self.learn_truth(v, true, depth + 1);
+                }
+            }
+            Some(Op::Binary(BinOp::Or, x, y)) if !holds => {
+                for v in [x, y].iter().filter_map(Operand::var) {
+                    self.learn_truth(v, false, depth + 1);
+                }
+            }
+            Some(Op::Unary(UnOp::Not, Operand::Var(x))) => self.learn_truth(x, !holds, depth + 1),
+            Some(Op::Binary(BinOp::IEq, a, Operand::Var(b)))
+                if holds && self.is_fixed(&a) && Operand::Var(b) != a =>
+            {
+                self.add_fact(b, a);
+            }
+            _ => {}
+        }
+    }
+
+    /// Later uses of `v` in the current block read `x`.
+    fn add_fact(&mut self, v: Var, x: Operand) {
+        if self.subst.contains_key(&v) {
+            return;
+        }
+        self.subst.insert(v, x);
+        if let Some(scope) = self.facts.last_mut() {
+            scope.push(v);
+        }
     }
 
     /// Loop-invariant code motion: the operations at the top of a loop's body that can
@@ -163,6 +236,27 @@ impl Cx {
             // makes it defined in C (a real in range).
             let invariant = match &t {
                 Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)) => false,
+                // A loop that only computes (the guard of `passes::sparse`), from what this loop
+                // does not change.
+                Stmt::Ifold { .. } if super::fuse::pure(std::slice::from_ref(&t)) => {
+                    let mut own: HashSet<Var> = HashSet::new();
+                    walk(std::slice::from_ref(&t), &mut |u| {
+                        own.extend(stmt_defs(u));
+                        if let Stmt::Ifold { index, .. } | Stmt::For { index, .. } = u {
+                            own.insert(*index);
+                        }
+                    });
+                    let mut free = true;
+                    walk(std::slice::from_ref(&t), &mut |u| {
+                        for x in stmt_operands(u) {
+                            if let Operand::Var(v) = x {
+                                free &=
+                                    own.contains(v) || (self.is_fixed(x) && !inside.contains(v));
+                            }
+                        }
+                    });
+                    free
+                }
                 Stmt::Let(vs, op @ (Op::Length(_) | Op::Unary(..) | Op::Binary(..)))
                     if vs.len() == 1 =>
                 {
@@ -173,8 +267,8 @@ impl Cx {
                 _ => false,
             };
             if invariant {
-                if let Stmt::Let(vs, _) = &t {
-                    inside.remove(&vs[0]);
+                for v in stmt_defs(&t) {
+                    inside.remove(&v);
                 }
                 hoisted.push(t);
             } else {
@@ -287,8 +381,45 @@ impl Cx {
                 };
                 self.in_range(i, n).then(|| Op::Copy(i.clone()))
             }
+            // A loop's counter is below its count, and a natural number is not negative.
+            Op::Binary(BinOp::ILt, i, n) if self.in_range(i, n) => {
+                Some(Op::Copy(Operand::Bool(true)))
+            }
+            Op::Binary(BinOp::ILt, i, Operand::I64(0)) if self.is_natural(i) => {
+                Some(Op::Copy(Operand::Bool(false)))
+            }
+            Op::Rt(Rt::CountOk, args)
+                if args.len() == 1
+                    && self
+                        .integer_of(&args[0])
+                        .is_some_and(|i| self.is_natural(&i)) =>
+            {
+                Some(Op::Copy(Operand::Bool(true)))
+            }
+            Op::Binary(BinOp::FMul, x, Operand::F64(one))
+            | Op::Binary(BinOp::FMul, Operand::F64(one), x)
+                if *one == 1.0 =>
+            {
+                // Exact: x * 1 is x for every x.
+                Some(Op::Copy(x.clone()))
+            }
             Op::Length(Operand::Var(a)) if self.lengths.contains_key(a) => {
                 Some(Op::Copy(Operand::I64(self.lengths[a])))
+            }
+            Op::Binary(op, x, y) if x == y && self.same_operands(*op, x).is_some() => {
+                self.same_operands(*op, x)
+            }
+            // Two natural numbers (below 2^53) converted to reals are equal as the integers are.
+            Op::Binary(BinOp::FEq, x, y)
+                if [x, y]
+                    .iter()
+                    .all(|r| self.integer_of(r).is_some_and(|i| self.is_natural(&i))) =>
+            {
+                Some(Op::Binary(
+                    BinOp::IEq,
+                    self.integer_of(x)?,
+                    self.integer_of(y)?,
+                ))
             }
             Op::Unary(op, x) if fold_unary(*op, x).is_some() => fold_unary(*op, x).map(Op::Copy),
             Op::Binary(op, x, y) if fold_binary(*op, x, y).is_some() => {
@@ -303,6 +434,22 @@ impl Cx {
                     .flatten()
                     .map(|v| Op::Copy(Operand::Var(*v)))
             }
+            _ => None,
+        }
+    }
+
+    /// An operation of an operand with itself that has a simpler result: exact for integers
+    /// and booleans, and for reals that cannot be NaN (integers converted).
+    fn same_operands(&self, op: BinOp, x: &Operand) -> Option<Op> {
+        use BinOp::*;
+        let not_nan = || self.integer_of(x).is_some();
+        let fixed = self.is_fixed(x);
+        match op {
+            And | Or if fixed => Some(Op::Copy(x.clone())),
+            IEq | BEq if fixed => Some(Op::Copy(Operand::Bool(true))),
+            INe | ILt if fixed => Some(Op::Copy(Operand::Bool(false))),
+            FEq | FLe | FGe if fixed && not_nan() => Some(Op::Copy(Operand::Bool(true))),
+            FLt | FGt if fixed && not_nan() => Some(Op::Copy(Operand::Bool(false))),
             _ => None,
         }
     }
@@ -413,6 +560,64 @@ pub fn fold_binary(op: BinOp, x: &Operand, y: &Operand) -> Option<Operand> {
     (!matches!(r, F(c) if c.is_nan())).then_some(r)
 }
 
+/// A declared variable assigned once, in its declaration's block (not in a branch or a loop)
+/// and read only after that, becomes a definition: what a branch on a constant leaves
+/// (`var x; x := 1.0`), which copy propagation and folding then see through.
+fn single_assignments(body: &mut Block) {
+    let mut sets: HashMap<Var, usize> = HashMap::new();
+    walk(body, &mut |s| {
+        if let Stmt::Set(v, _) = s {
+            *sets.entry(*v).or_default() += 1;
+        }
+    });
+    fn block(b: &mut Block, sets: &HashMap<Var, usize>) {
+        for s in b.iter_mut() {
+            for c in children_mut(s) {
+                block(c, sets);
+            }
+        }
+        let mut d = 0;
+        while d < b.len() {
+            let Stmt::Declare(vs) = &b[d] else {
+                d += 1;
+                continue;
+            };
+            let mut single = Vec::new();
+            for v in vs.clone() {
+                if sets.get(&v) != Some(&1) {
+                    continue;
+                }
+                // Its one assignment at this level, and no read before it.
+                let at = (d + 1..b.len()).find(|&i| matches!(&b[i], Stmt::Set(w, _) if *w == v));
+                let Some(at) = at else {
+                    continue;
+                };
+                let mut read = false;
+                walk(&b[d + 1..at], &mut |t| {
+                    read |= stmt_operands(t).iter().any(|x| x.var() == Some(v))
+                });
+                if !read {
+                    single.push((v, at));
+                }
+            }
+            for (v, at) in single {
+                if let Stmt::Set(w, x) = &b[at] {
+                    b[at] = Stmt::Let(vec![*w], Op::Copy(x.clone()));
+                }
+                if let Stmt::Declare(vs) = &mut b[d] {
+                    vs.retain(|u| *u != v);
+                }
+            }
+            if matches!(&b[d], Stmt::Declare(vs) if vs.is_empty()) {
+                b.remove(d);
+            } else {
+                d += 1;
+            }
+        }
+    }
+    block(body, &sets);
+}
+
 /// Adds the variables a statement reads itself to `uses`.
 fn count_uses(s: &Stmt, uses: &mut HashMap<Var, usize>) {
     for x in stmt_operands(s) {
@@ -476,7 +681,8 @@ fn sink(block: &mut Block, uses: &HashMap<Var, usize>) {
     }
 }
 
-/// Removes the definitions of unused variables by operations without effects, until none is
+/// Removes the definitions of unused variables by operations without effects, and the
+/// `build`s and `ifold`s whose results are unused and whose steps only compute, until none is
 /// left.
 pub fn dead_code(body: &mut Block) {
     loop {
@@ -485,6 +691,18 @@ pub fn dead_code(body: &mut Block) {
         let mut removed = false;
         flat_map(body, &mut |s| match &s {
             Stmt::Let(vs, op) if is_pure(op) && vs.iter().all(|v| !used.contains_key(v)) => {
+                removed = true;
+                vec![]
+            }
+            Stmt::Build { array: v, body, .. }
+                if !used.contains_key(v) && super::fuse::pure(body) =>
+            {
+                removed = true;
+                vec![]
+            }
+            Stmt::Ifold { accs, body, .. }
+                if accs.iter().all(|v| !used.contains_key(v)) && super::fuse::pure(body) =>
+            {
                 removed = true;
                 vec![]
             }

@@ -15,18 +15,23 @@ pub fn run(p: &mut Program) {
 
 fn block(b: &mut Block) {
     let mut dead = vec![false; b.len()];
-    let mut pending: Option<usize> = None;
+    // The sites recorded since the last statement that may read one (a conditional record
+    // does not replace the one before it).
+    let mut pending: Vec<usize> = Vec::new();
     for (i, s) in b.iter_mut().enumerate() {
         for c in children_mut(s) {
             block(c);
         }
         if let Stmt::Site(_) = s {
-            if let Some(j) = pending {
+            for j in pending.drain(..) {
                 dead[j] = true;
             }
-            pending = Some(i);
+            pending.push(i);
+        } else if is_conditional_site(s) {
+            // The site a loop that no longer runs would have left (`fuse::trailing_site`).
+            pending.push(i);
         } else if reads_site(s) {
-            pending = None;
+            pending.clear();
         }
     }
     let mut i = 0;
@@ -34,6 +39,11 @@ fn block(b: &mut Block) {
         i += 1;
         !dead[i - 1]
     });
+}
+
+/// `if c { site N }`: a site recorded only if a condition holds.
+fn is_conditional_site(s: &Stmt) -> bool {
+    matches!(s, Stmt::If { then, els, .. } if els.is_empty() && matches!(then[..], [Stmt::Site(_)]))
 }
 
 /// Whether a statement may read the current site: it may fail (reporting an error at the site),

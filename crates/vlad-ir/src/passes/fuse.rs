@@ -1,0 +1,355 @@
+//! Paper 002's fusion of `build` into `get` (Fig. 7c, `(build n f)[i] ~> f i`), and its loop
+//! partial evaluation (Fig. 7d and g: an `ifold` accumulator nothing reads is not computed).
+//!
+//! **Fusion.** An array made by a `build` whose step is cheap and only computes (no call, no
+//! check, no allocation, no write), and which the function only reads (`load`, `length`), is
+//! not made: each read computes the element it reads, by a copy of the step at the read's
+//! index, and `length` is the count. The read's index is below the count (every `load` is
+//! checked before it, or proved), so the copy computes what the element held. What this
+//! removes is the intermediate array of differentiated code: the one-hot tangent of forward
+//! `grad`'s `(vector-hot n i)`, a zero tangent, the array of a `vector-map` read once.
+//!
+//! **Dead accumulators.** An `ifold` accumulator that nothing after the loop reads, and that
+//! the step reads only to compute its own next value (or that of other such accumulators),
+//! is dropped with the code that computed it: the primal half of a dual number whose tangent
+//! alone is used (`(tangent (f* ...))`), paper 002's loop fission followed by `snd`.
+
+use crate::ir::*;
+use std::collections::{HashMap, HashSet};
+
+/// The largest step (in statements) that fusion copies into each read.
+pub const MAX_STEP: usize = 12;
+
+/// Fuses the builds of `f` that can be and drops its dead accumulators; whether anything
+/// changed.
+pub fn function(f: &mut Function) -> bool {
+    let mut fused = false;
+    for _ in 0..4 {
+        if !fuse_builds(f) {
+            break;
+        }
+        fused = true;
+    }
+    let dropped = dead_accumulators(&mut f.body);
+    fused || dropped
+}
+
+/// A build to fuse: its index, step and element operands.
+struct Step {
+    index: Var,
+    count: Operand,
+    body: Block,
+    elem: Vec<Operand>,
+}
+
+fn fuse_builds(f: &mut Function) -> bool {
+    let assigned = assigned(&f.body);
+    let mut steps: HashMap<Var, Step> = HashMap::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Build {
+            array,
+            count,
+            index,
+            body,
+            elem,
+            ..
+        } = s
+        {
+            if cheap(body)
+                && code_size(body) <= MAX_STEP
+                && reads_fixed(s, &assigned)
+                && last_site(body).is_some()
+            {
+                steps.insert(
+                    *array,
+                    Step {
+                        index: *index,
+                        count: count.clone(),
+                        body: body.clone(),
+                        elem: elem.clone(),
+                    },
+                );
+            }
+        }
+    });
+    // Only arrays that are only read: then the array is not made at all.
+    walk(&f.body, &mut |s| {
+        let reads: Vec<&Operand> = match s {
+            Stmt::Let(_, Op::Load { array, index, .. }) => {
+                let mut v = vec![index];
+                if !matches!(array, Operand::Var(_)) {
+                    v.push(array);
+                }
+                v
+            }
+            Stmt::Let(_, Op::Length(_)) => vec![],
+            _ => stmt_operands(s),
+        };
+        for x in reads {
+            if let Operand::Var(v) = x {
+                steps.remove(v);
+            }
+        }
+    });
+    // A step that reads another array being fused waits for the next round (its copies would
+    // read an array no longer made).
+    let readers: Vec<Var> = steps
+        .iter()
+        .filter(|(_, st)| {
+            let mut reads = false;
+            walk(&st.body, &mut |t| {
+                reads |= matches!(t, Stmt::Let(_, Op::Load { array: Operand::Var(a), .. }) if steps.contains_key(a))
+            });
+            reads
+        })
+        .map(|(a, _)| *a)
+        .collect();
+    for a in readers {
+        steps.remove(&a);
+    }
+    if steps.is_empty() {
+        return false;
+    }
+    let mut vars = std::mem::take(&mut f.vars);
+    flat_map(&mut f.body, &mut |s| match s {
+        Stmt::Let(
+            xs,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                slot,
+            },
+        ) if steps.contains_key(&a) => {
+            let step = &steps[&a];
+            let without_sites: Block = step
+                .body
+                .iter()
+                .filter(|t| !matches!(t, Stmt::Site(_)))
+                .cloned()
+                .collect();
+            let (copy, renamed) = copy_fresh(&without_sites, &[step.index], &mut vars);
+            let mut out = vec![Stmt::Let(vec![renamed[&step.index]], Op::Copy(index))];
+            out.extend(copy);
+            let mut x = step.elem[slot as usize].clone();
+            if let Operand::Var(v) = &mut x {
+                *v = renamed.get(v).copied().unwrap_or(*v);
+            }
+            out.push(Stmt::Let(xs, Op::Copy(x)));
+            out
+        }
+        Stmt::Let(xs, Op::Length(Operand::Var(a))) if steps.contains_key(&a) => {
+            vec![Stmt::Let(xs, Op::Copy(steps[&a].count.clone()))]
+        }
+        Stmt::Build {
+            array, count, body, ..
+        } if steps.contains_key(&array) => trailing_site(&body, count, &mut vars),
+        other => vec![other],
+    });
+    f.vars = vars;
+    true
+}
+
+/// The last call-site record of a loop's step, which is the current site after the loop if
+/// it ran at all (errors of built-in code that follows report it); `None` where a record is in
+/// a branch (then which one ran last is not known here).
+pub fn last_site(body: &[Stmt]) -> Option<Option<u32>> {
+    let mut nested = false;
+    for s in body {
+        for c in children(s) {
+            walk(c, &mut |t| nested |= matches!(t, Stmt::Site(_)));
+        }
+    }
+    if nested {
+        return None;
+    }
+    Some(body.iter().rev().find_map(|t| match t {
+        Stmt::Site(n) => Some(*n),
+        _ => None,
+    }))
+}
+
+/// What replaces a loop that is no longer run, for the call-site record it left: the step's
+/// last record if the loop would have run at least once.
+pub fn trailing_site(body: &[Stmt], count: Operand, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+    let Some(Some(site)) = last_site(body) else {
+        return vec![];
+    };
+    let ran = fresh_var(vars, Ty::Bool, "ran");
+    vec![
+        Stmt::Let(vec![ran], Op::Binary(BinOp::ILt, Operand::I64(0), count)),
+        Stmt::If {
+            cond: Operand::Var(ran),
+            then: vec![Stmt::Site(site)],
+            els: vec![],
+        },
+    ]
+}
+
+/// Whether a step only computes, cheaply: arithmetic, comparisons, conversions to reals,
+/// reads, and the branches and assignments of a conditional.
+fn cheap(body: &[Stmt]) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::Let(_, op) => match op {
+            Op::Copy(_) | Op::Binary(..) | Op::Load { .. } | Op::Length(_) => true,
+            Op::Unary(u, _) => matches!(u, UnOp::I64ToF64 | UnOp::Not),
+            _ => false,
+        },
+        Stmt::Declare(_) | Stmt::Set(..) | Stmt::Site(_) => true,
+        Stmt::If { then, els, .. } => cheap(then) && cheap(els),
+        _ => false,
+    })
+}
+
+/// Whether a loop reads no variable that is assigned outside it (its step may assign the
+/// variables it declares itself): a copy of its step elsewhere computes the same.
+fn reads_fixed(s: &Stmt, assigned: &HashSet<Var>) -> bool {
+    let mut own: HashSet<Var> = HashSet::new();
+    walk(std::slice::from_ref(s), &mut |t| {
+        if let Stmt::Declare(vs) = t {
+            own.extend(vs.iter().copied());
+        }
+    });
+    let mut ok = true;
+    walk(std::slice::from_ref(s), &mut |t| {
+        for x in stmt_operands(t) {
+            if let Operand::Var(v) = x {
+                ok &= own.contains(v) || !assigned.contains(v);
+            }
+        }
+    });
+    ok
+}
+
+/// Drops the accumulators of every `ifold` (nested ones first) that nothing reads but their
+/// own next values; whether any was dropped.
+fn dead_accumulators(body: &mut Block) -> bool {
+    let mut uses: HashMap<Var, usize> = HashMap::new();
+    walk(body, &mut |s| {
+        for x in stmt_operands(s) {
+            if let Operand::Var(v) = x {
+                *uses.entry(*v).or_default() += 1;
+            }
+        }
+    });
+    let mut changed = false;
+    walk_mut(body, &mut |s| {
+        let Stmt::Ifold {
+            accs,
+            init,
+            body,
+            next,
+            ..
+        } = s
+        else {
+            return;
+        };
+        // The uses of each accumulator inside the loop: its reads outside are the rest.
+        let mut inside: HashMap<Var, usize> = HashMap::new();
+        walk(body, &mut |t| {
+            for x in stmt_operands(t) {
+                if let Operand::Var(v) = x {
+                    *inside.entry(*v).or_default() += 1;
+                }
+            }
+        });
+        for x in next.iter() {
+            if let Operand::Var(v) = x {
+                *inside.entry(*v).or_default() += 1;
+            }
+        }
+        let read_after =
+            |v: &Var| uses.get(v).copied().unwrap_or(0) > inside.get(v).copied().unwrap_or(0);
+        let mut live: HashSet<usize> = (0..accs.len()).filter(|&k| read_after(&accs[k])).collect();
+        // What the live next values and the step's effects need, until that includes no
+        // other accumulator.
+        loop {
+            let needed = needed_vars(body, next, &live);
+            let more: Vec<usize> = (0..accs.len())
+                .filter(|k| !live.contains(k) && needed.contains(&accs[*k]))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            live.extend(more);
+        }
+        // (A loop run for what it does besides keeps an accumulator: a loop of none is for
+        // `dead_code` to remove.)
+        if live.len() == accs.len() || (live.is_empty() && !pure(body)) {
+            return;
+        }
+        let keep: Vec<usize> = (0..accs.len()).filter(|k| live.contains(k)).collect();
+        // The step's code for the dropped values goes (it may read the dropped accumulators).
+        keep_needed(body, next, &live);
+        *accs = keep.iter().map(|&k| accs[k]).collect();
+        *init = keep.iter().map(|&k| init[k].clone()).collect();
+        *next = keep.iter().map(|&k| next[k].clone()).collect();
+        changed = true;
+    });
+    changed
+}
+
+/// Removes from a loop's step the code that neither computes the `live` next values (by
+/// position) nor does anything besides computing.
+pub fn keep_needed(body: &mut Block, next: &[Operand], live: &HashSet<usize>) {
+    let needed = needed_vars(body, next, live);
+    flat_map(body, &mut |t| match &t {
+        Stmt::Let(vs, op)
+            if crate::passes::simplify::is_pure(op) && vs.iter().all(|v| !needed.contains(v)) =>
+        {
+            vec![]
+        }
+        Stmt::Set(v, _) if !needed.contains(v) => vec![],
+        Stmt::Declare(vs) if vs.iter().all(|v| !needed.contains(v)) => vec![],
+        _ => vec![t],
+    });
+}
+
+/// The variables that a loop's step needs to compute the `live` next values and to do what it
+/// does besides computing (a statement that is not a pure definition needs what it reads).
+pub fn needed_vars(body: &[Stmt], next: &[Operand], live: &HashSet<usize>) -> HashSet<Var> {
+    let mut needed: HashSet<Var> = live.iter().filter_map(|&k| next[k].var()).collect();
+    // Definitions by pure operations, by variable, so that needs propagate back through them.
+    let mut defs: HashMap<Var, Vec<Var>> = HashMap::new();
+    let mut roots: Vec<Var> = Vec::new();
+    walk(body, &mut |s| {
+        let reads: Vec<Var> = stmt_operands(s).iter().filter_map(|x| x.var()).collect();
+        match s {
+            Stmt::Let(vs, op) if crate::passes::simplify::is_pure(op) => {
+                for v in vs {
+                    defs.entry(*v).or_default().extend(reads.iter().copied());
+                }
+            }
+            Stmt::Set(v, _) => defs.entry(*v).or_default().extend(reads.iter().copied()),
+            Stmt::Declare(_) | Stmt::Site(_) => {}
+            // A condition is needed only if a needed variable is assigned in its branches;
+            // kept simple: a branch's condition is needed.
+            _ => roots.extend(reads),
+        }
+    });
+    let mut todo: Vec<Var> = needed.iter().copied().chain(roots).collect();
+    while let Some(v) = todo.pop() {
+        needed.insert(v);
+        if let Some(ds) = defs.get(&v) {
+            for d in ds {
+                if !needed.contains(d) {
+                    needed.insert(*d);
+                    todo.push(*d);
+                }
+            }
+        }
+    }
+    needed
+}
+
+/// Whether a block only computes: pure definitions, declarations and assignments, and
+/// branches and loops of such blocks (removing it changes nothing but time).
+pub fn pure(block: &[Stmt]) -> bool {
+    block.iter().all(|s| match s {
+        Stmt::Let(_, op) => crate::passes::simplify::is_pure(op),
+        Stmt::Declare(_) | Stmt::Set(..) | Stmt::Site(_) => true,
+        Stmt::If { .. } | Stmt::Ifold { .. } | Stmt::For { .. } | Stmt::Switch { .. } => {
+            children(s).into_iter().all(|b| pure(b))
+        }
+        _ => false,
+    })
+}

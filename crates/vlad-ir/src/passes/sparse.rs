@@ -1,0 +1,461 @@
+//! One-hot folds: paper 002's `ifold (fun a j -> if j = k then f a j else a) z n ~> f z k`
+//! (Fig. 7e), made exact in IEEE arithmetic by a guard.
+//!
+//! Forward-mode `grad` differentiates `f` once per input `k` with the one-hot tangent
+//! `(vector-hot n k)`; once `passes::fuse` has put the one-hot's step in the loop that reads
+//! it, a sum such as the tangent of a dot product is `s := s + (v_j * [j = k] + x_j * 0)`, and
+//! every step but the one at `k` adds a zero. Paper 002 drops those steps by its ring rules
+//! (`e * 0 ~> 0`, `e + 0 ~> e`), which are not exact: `inf * 0` is NaN, and `-0 + 0` is `+0`.
+//! Here the loop is run once, at `k`, only where that gives what the loop gives:
+//!
+//! - every accumulator is a real that starts as a constant other than `-0`, and its next value
+//!   is itself plus a term, or itself;
+//! - the step only computes (no check, call, allocation or write: skipping it changes nothing
+//!   else);
+//! - at every index but `k` (where the step's comparisons of the index with `k` are false),
+//!   each term is a zero, provided some of the step's values are finite (the factors of
+//!   products with a zero): the step's reals are followed as "a zero" or "something", and a
+//!   product of a zero and something asks for that something to be finite.
+//!
+//! Then, if those values are finite at every index, each step but `k`'s adds a zero to an
+//! accumulator that is not `-0`, which leaves it unchanged (`x + 0 = x` for such `x`, `x + -0
+//! = x` for all), and the step at `k` starts from the initial values. So the loop becomes a
+//! guard loop (those values computed at every index and tested finite: `x * 0 = 0`), then the
+//! step at `k` if `k` is below the count (the initial values if not), or the original loop
+//! where the guard fails. The guard reads neither the accumulators nor, in `grad`, `k`: the
+//! next `simplify` takes it out of the loop over `k` (loop-invariant code motion), so `grad`
+//! costs one pass to check and O(1) per entry, not a pass per entry.
+
+use crate::ir::*;
+use crate::passes::fuse;
+use std::collections::{HashMap, HashSet};
+
+/// Rewrites the one-hot folds of `f`; whether any was.
+pub fn function(f: &mut Function) -> bool {
+    let mut vars = std::mem::take(&mut f.vars);
+    let mut changed = false;
+    let assigned = assigned(&f.body);
+    flat_map(&mut f.body, &mut |s| match one_hot(&s, &assigned, &vars) {
+        Some(plan) => {
+            changed = true;
+            rewrite(s, plan, &mut vars)
+        }
+        None => vec![s],
+    });
+    f.vars = vars;
+    changed
+}
+
+/// What a step's real is at an index other than `k`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Abs {
+    /// A zero (of either sign), given the guard.
+    Zero,
+    /// A boolean known there.
+    Known(bool),
+    Other,
+}
+
+/// A one-hot fold found: the index `k` and the values the guard tests finite.
+struct Plan {
+    k: Var,
+    finite: Vec<Operand>,
+}
+
+fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> {
+    let Stmt::Ifold {
+        accs,
+        init,
+        index,
+        body,
+        next,
+        ..
+    } = s
+    else {
+        return None;
+    };
+    let is_f64 = |v: &Var| vars[v.0 as usize].ty == Ty::F64;
+    if accs.is_empty()
+        || !accs.iter().all(is_f64)
+        || !init
+            .iter()
+            .all(|x| matches!(x, Operand::F64(c) if !(*c == 0.0 && c.is_sign_negative())))
+        || !fuse::pure(body)
+        || fuse::last_site(body).is_none()
+    {
+        return None;
+    }
+    let mut nested = false;
+    walk(body, &mut |t| {
+        nested |= matches!(
+            t,
+            Stmt::Ifold { .. } | Stmt::For { .. } | Stmt::Build { .. } | Stmt::Switch { .. }
+        )
+    });
+    if nested {
+        return None;
+    }
+    let mut inner: HashSet<Var> = HashSet::new();
+    walk(body, &mut |t| inner.extend(stmt_defs(t)));
+    // `k`: compared with the index for equality, defined before the loop, never assigned.
+    let mut k = None;
+    walk(body, &mut |t| {
+        if let Stmt::Let(_, Op::Binary(BinOp::IEq | BinOp::INe, Operand::Var(a), Operand::Var(b))) =
+            t
+        {
+            let other = if a == index {
+                *b
+            } else if b == index {
+                *a
+            } else {
+                return;
+            };
+            if k.is_none()
+                && !inner.contains(&other)
+                && !assigned.contains(&other)
+                && other != *index
+            {
+                k = Some(other);
+            }
+        }
+    });
+    let k = k?;
+    let mut cx = Follow {
+        index: *index,
+        k,
+        env: HashMap::new(),
+        finite: Vec::new(),
+    };
+    cx.block(body);
+    // Every next value: the accumulator plus a zero, or the accumulator.
+    let defs = definitions(body);
+    for (acc, n) in accs.iter().zip(next) {
+        let Operand::Var(n) = n else {
+            return None;
+        };
+        if n == acc {
+            continue;
+        }
+        let Some(Op::Binary(BinOp::FAdd, x, y)) = defs.get(n) else {
+            return None;
+        };
+        let term = if x == &Operand::Var(*acc) {
+            y
+        } else if y == &Operand::Var(*acc) {
+            x
+        } else {
+            return None;
+        };
+        if cx.value(term) != Abs::Zero {
+            return None;
+        }
+    }
+    // The guard's values must be computable from the index and what the loop does not
+    // change: not from the accumulators, nor from what the step assigns.
+    let step_assigned = assigned_in(body);
+    let top: HashSet<Var> = body.iter().flat_map(stmt_defs).collect();
+    for x in &cx.finite {
+        if let Operand::Var(v) = x {
+            let slice = slice(body, &[*v], &defs);
+            // Defined in a branch: not computed at every index.
+            let in_branch = slice
+                .iter()
+                .flat_map(|t| stmt_operands(t).into_iter().filter_map(|x| x.var()))
+                .chain([*v])
+                .any(|u| inner.contains(&u) && !top.contains(&u));
+            if in_branch {
+                return None;
+            }
+            let reads_state = slice.iter().any(|t| {
+                stmt_operands(t).iter().any(|x| {
+                    x.var()
+                        .is_some_and(|u| accs.contains(&u) || step_assigned.contains(&u))
+                })
+            });
+            if reads_state || accs.contains(v) || step_assigned.contains(v) {
+                return None;
+            }
+        }
+    }
+    Some(Plan {
+        k,
+        finite: cx.finite,
+    })
+}
+
+/// The statements of a step that are pure definitions, by the variable they define.
+fn definitions(body: &[Stmt]) -> HashMap<Var, Op> {
+    let mut defs = HashMap::new();
+    walk(body, &mut |t| {
+        if let Stmt::Let(vs, op) = t {
+            if let [v] = vs[..] {
+                defs.insert(v, op.clone());
+            }
+        }
+    });
+    defs
+}
+
+fn assigned_in(body: &[Stmt]) -> HashSet<Var> {
+    let mut out = HashSet::new();
+    walk(body, &mut |t| {
+        if let Stmt::Set(v, _) = t {
+            out.insert(*v);
+        }
+    });
+    out
+}
+
+/// The definitions (in order, top-level ones of the step: the step has no nested loops and
+/// the guard's values are defined outside its branches) that `roots` need.
+fn slice(body: &[Stmt], roots: &[Var], defs: &HashMap<Var, Op>) -> Vec<Stmt> {
+    let mut needed: HashSet<Var> = HashSet::new();
+    let mut todo: Vec<Var> = roots.to_vec();
+    while let Some(v) = todo.pop() {
+        if !needed.insert(v) {
+            continue;
+        }
+        if let Some(op) = defs.get(&v) {
+            todo.extend(op_operands(op).iter().filter_map(|x| x.var()));
+        }
+    }
+    body.iter()
+        .filter(|t| matches!(t, Stmt::Let(vs, _) if vs.iter().any(|v| needed.contains(v))))
+        .cloned()
+        .collect()
+}
+
+/// Follows a step's values at an index other than `k`.
+struct Follow {
+    index: Var,
+    k: Var,
+    env: HashMap<Var, Abs>,
+    finite: Vec<Operand>,
+}
+
+impl Follow {
+    fn value(&self, x: &Operand) -> Abs {
+        match x {
+            Operand::F64(c) if *c == 0.0 => Abs::Zero,
+            Operand::Bool(b) => Abs::Known(*b),
+            Operand::Var(v) => self.env.get(v).copied().unwrap_or(Abs::Other),
+            _ => Abs::Other,
+        }
+    }
+
+    /// A product with a zero is a zero if the other factor is finite: the guard tests it.
+    fn times_zero(&mut self, other: &Operand) -> Abs {
+        match other {
+            Operand::F64(c) if c.is_finite() => {}
+            _ => self.finite.push(other.clone()),
+        }
+        Abs::Zero
+    }
+
+    fn block(&mut self, body: &[Stmt]) {
+        for s in body {
+            match s {
+                Stmt::Let(vs, op) => {
+                    let [v] = vs[..] else {
+                        continue;
+                    };
+                    let a = match op {
+                        Op::Copy(x) => self.value(x),
+                        Op::Binary(BinOp::IEq | BinOp::INe, x, y)
+                            if [x, y].iter().any(|o| o.var() == Some(self.index))
+                                && [x, y].iter().any(|o| o.var() == Some(self.k)) =>
+                        {
+                            Abs::Known(matches!(op, Op::Binary(BinOp::INe, ..)))
+                        }
+                        Op::Binary(BinOp::FMul, x, y) => match (self.value(x), self.value(y)) {
+                            (Abs::Zero, Abs::Zero) => Abs::Zero,
+                            (Abs::Zero, _) => self.times_zero(y),
+                            (_, Abs::Zero) => self.times_zero(x),
+                            _ => Abs::Other,
+                        },
+                        Op::Binary(BinOp::FAdd | BinOp::FSub, x, y) => {
+                            match (self.value(x), self.value(y)) {
+                                (Abs::Zero, Abs::Zero) => Abs::Zero,
+                                _ => Abs::Other,
+                            }
+                        }
+                        Op::Unary(UnOp::Not, x) => match self.value(x) {
+                            Abs::Known(b) => Abs::Known(!b),
+                            _ => Abs::Other,
+                        },
+                        _ => Abs::Other,
+                    };
+                    self.env.insert(v, a);
+                }
+                Stmt::Set(v, x) => {
+                    let a = self.value(x);
+                    self.env.insert(*v, a);
+                }
+                Stmt::If { cond, then, els } => match self.value(cond) {
+                    Abs::Known(true) => self.block(then),
+                    Abs::Known(false) => self.block(els),
+                    _ => {
+                        let before = self.env.clone();
+                        self.block(then);
+                        let after_then = std::mem::replace(&mut self.env, before);
+                        self.block(els);
+                        // A variable assigned in either branch is a zero after the `if` only
+                        // if it is one after both.
+                        let keys: HashSet<Var> =
+                            after_then.keys().chain(self.env.keys()).copied().collect();
+                        for v in keys {
+                            let a = after_then.get(&v).copied().unwrap_or(Abs::Other);
+                            let b = self.env.get(&v).copied().unwrap_or(Abs::Other);
+                            self.env.insert(v, if a == b { a } else { Abs::Other });
+                        }
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The guard loop, then the step at `k` or the original loop.
+fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+    let Stmt::Ifold {
+        accs,
+        init,
+        count,
+        index,
+        body,
+        next,
+    } = s
+    else {
+        unreachable!("one_hot takes an ifold")
+    };
+    let defs = definitions(&body);
+    let body_sites: Block = body
+        .iter()
+        .filter(|t| matches!(t, Stmt::Site(_)))
+        .cloned()
+        .collect();
+    let count_after = count.clone();
+    let body: Block = body
+        .into_iter()
+        .filter(|t| !matches!(t, Stmt::Site(_)))
+        .collect();
+    let mut out = Vec::new();
+    // The guard: an ifold of a boolean over the same count.
+    let ok = fresh_var(vars, Ty::Bool, "ok");
+    let roots: Vec<Var> = plan.finite.iter().filter_map(|x| x.var()).collect();
+    let sliced = slice(&body, &roots, &defs);
+    let (mut guard_body, renamed) = copy_fresh(&sliced, &[index], vars);
+    let rn = |x: &Operand| match x {
+        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
+        other => other.clone(),
+    };
+    let mut acc = Operand::Var(ok);
+    for x in &plan.finite {
+        let z = fresh_var(vars, Ty::F64, "z");
+        let e = fresh_var(vars, Ty::Bool, "e");
+        let a = fresh_var(vars, Ty::Bool, "ok");
+        guard_body.push(Stmt::Let(
+            vec![z],
+            Op::Binary(BinOp::FMul, rn(x), Operand::F64(0.0)),
+        ));
+        guard_body.push(Stmt::Let(
+            vec![e],
+            Op::Binary(BinOp::FEq, Operand::Var(z), Operand::F64(0.0)),
+        ));
+        guard_body.push(Stmt::Let(
+            vec![a],
+            Op::Binary(BinOp::And, acc, Operand::Var(e)),
+        ));
+        acc = Operand::Var(a);
+    }
+    out.push(Stmt::Ifold {
+        accs: vec![ok],
+        init: vec![Operand::Bool(true)],
+        count: count.clone(),
+        index: renamed[&index],
+        body: guard_body,
+        next: vec![acc],
+    });
+    out.push(Stmt::Declare(accs.clone()));
+    // The step at `k`, from the initial values.
+    let (step, renamed) = copy_fresh(&body, &[&[index][..], &accs].concat(), vars);
+    let rn = |x: &Operand| match x {
+        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
+        other => other.clone(),
+    };
+    let mut at_k = vec![Stmt::Let(
+        vec![renamed[&index]],
+        Op::Copy(Operand::Var(plan.k)),
+    )];
+    for (a, z) in accs.iter().zip(&init) {
+        at_k.push(Stmt::Let(vec![renamed[a]], Op::Copy(z.clone())));
+    }
+    at_k.extend(step);
+    for (a, n) in accs.iter().zip(&next) {
+        at_k.push(Stmt::Set(*a, rn(n)));
+    }
+    let initial: Vec<Stmt> = accs
+        .iter()
+        .zip(&init)
+        .map(|(a, z)| Stmt::Set(*a, z.clone()))
+        .collect();
+    // `k` may be any integer: at `k` only if 0 <= k < count.
+    let below = fresh_var(vars, Ty::Bool, "in");
+    let negative = fresh_var(vars, Ty::Bool, "in");
+    let not_negative = fresh_var(vars, Ty::Bool, "in");
+    let inside = fresh_var(vars, Ty::Bool, "in");
+    let fast = vec![
+        Stmt::Let(
+            vec![below],
+            Op::Binary(BinOp::ILt, Operand::Var(plan.k), count.clone()),
+        ),
+        Stmt::Let(
+            vec![negative],
+            Op::Binary(BinOp::ILt, Operand::Var(plan.k), Operand::I64(0)),
+        ),
+        Stmt::Let(
+            vec![not_negative],
+            Op::Unary(UnOp::Not, Operand::Var(negative)),
+        ),
+        Stmt::Let(
+            vec![inside],
+            Op::Binary(BinOp::And, Operand::Var(below), Operand::Var(not_negative)),
+        ),
+        Stmt::If {
+            cond: Operand::Var(inside),
+            then: at_k,
+            els: initial,
+        },
+    ];
+    // The original loop, where the guard fails: as the `for` loop `passes::loops` makes of
+    // it, which this pass does not rewrite again (a copy of it inlined elsewhere keeps it).
+    let (mut slow_body, renamed) = copy_fresh(&body, &[index], vars);
+    let next: Vec<Operand> = next
+        .iter()
+        .map(|x| match x {
+            Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
+            other => other.clone(),
+        })
+        .collect();
+    slow_body.extend(crate::passes::loops::assign_all(&accs, next, vars));
+    let mut slow_path: Vec<Stmt> = accs
+        .iter()
+        .zip(init)
+        .map(|(a, z)| Stmt::Set(*a, z))
+        .collect();
+    slow_path.push(Stmt::For {
+        index: renamed[&index],
+        count,
+        body: slow_body,
+    });
+    // The step at `k` records no call site: the loop's last one, if it ran, follows.
+    let site_after = fuse::trailing_site(&body_sites, count_after, vars);
+    out.push(Stmt::If {
+        cond: Operand::Var(ok),
+        then: fast,
+        els: slow_path,
+    });
+    out.extend(site_after);
+    out
+}
