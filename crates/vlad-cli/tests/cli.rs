@@ -602,6 +602,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("array-dot", "4\n"),
     ("small-vectors", "2\n"),
     ("forward-grad-dot", "4\n"),
+    ("forward-grad-lse", "5\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

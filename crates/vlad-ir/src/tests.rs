@@ -1346,3 +1346,182 @@ fn a_variable_assigned_once_where_it_is_declared_becomes_a_definition() {
     assert!(!text.contains("var "), "{text}");
     assert!(text.contains("return a0"), "{text}");
 }
+
+/// `ifold ((m, d), j -> if x_j > m then (x_j, [i = j]) else (m, d)) (x_0, 0) n` inside
+/// `build n (i -> ...)`, then `(s, t) = ifold ((s, t), j -> (s + x_j, t + (x_j - m) d)) (0, 0) n`;
+/// the element is `d + s + t`: the running maximum of x with the one-hot tangent of forward
+/// `grad`, and two sums that do not read each other.
+fn running_maximum() -> Function {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let x = b.named_var(arr.clone(), "x".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let g = b.var(arr, "g");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x0 = b.let1(
+        Ty::F64,
+        "x0",
+        Op::Load {
+            array: Operand::Var(x),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    let (m, d) = (b.var(Ty::F64, "m"), b.var(Ty::F64, "d"));
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let (m2, d2) = (b.var(Ty::F64, "m"), b.var(Ty::F64, "d"));
+    b.push(Stmt::Declare(vec![m2, d2]));
+    let xj = b.let1(
+        Ty::F64,
+        "xj",
+        Op::Load {
+            array: Operand::Var(x),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FGt, Operand::Var(xj), Operand::Var(m)),
+    );
+    b.open();
+    let hot = b.let1(
+        Ty::Bool,
+        "hot",
+        Op::Binary(BinOp::IEq, Operand::Var(i), Operand::Var(j)),
+    );
+    let h = b.var(Ty::F64, "h");
+    b.push(Stmt::Declare(vec![h]));
+    b.push(Stmt::If {
+        cond: Operand::Var(hot),
+        then: vec![Stmt::Set(h, Operand::F64(1.0))],
+        els: vec![Stmt::Set(h, Operand::F64(0.0))],
+    });
+    b.push(Stmt::Set(m2, Operand::Var(xj)));
+    b.push(Stmt::Set(d2, Operand::Var(h)));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els: vec![
+            Stmt::Set(m2, Operand::Var(m)),
+            Stmt::Set(d2, Operand::Var(d)),
+        ],
+    });
+    let step = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![m, d],
+        init: vec![Operand::Var(x0), Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: j,
+        body: step,
+        next: vec![Operand::Var(m2), Operand::Var(d2)],
+    });
+    let (s, t) = (b.var(Ty::F64, "s"), b.var(Ty::F64, "t"));
+    let k = b.var(Ty::I64, "k");
+    b.open();
+    let xk = b.let1(
+        Ty::F64,
+        "xk",
+        Op::Load {
+            array: Operand::Var(x),
+            index: Operand::Var(k),
+            slot: 0,
+        },
+    );
+    let s2 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(xk)),
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FSub, Operand::Var(xk), Operand::Var(m)),
+    );
+    let yd = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FMul, Operand::Var(y), Operand::Var(d)),
+    );
+    let t2 = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(t), Operand::Var(yd)),
+    );
+    let sums = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s, t],
+        init: vec![Operand::F64(0.0), Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: k,
+        body: sums,
+        next: vec![Operand::Var(s2), Operand::Var(t2)],
+    });
+    let e1 = b.let1(
+        Ty::F64,
+        "e",
+        Op::Binary(BinOp::FAdd, Operand::Var(d), Operand::Var(s)),
+    );
+    let e2 = b.let1(
+        Ty::F64,
+        "e",
+        Op::Binary(BinOp::FAdd, Operand::Var(e1), Operand::Var(t)),
+    );
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: g,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(e2)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(g)]));
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    b.finish(spec(0), vec![x], std::iter::once(arr).collect())
+}
+
+#[test]
+fn fission_splits_sums_that_do_not_read_each_other_and_a_last_write_becomes_an_index() {
+    let mut f = running_maximum();
+    verify(&program(vec![f.clone()])).unwrap();
+    assert!(passes::fission::function(&mut f));
+    passes::simplify::function(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // Three loops in the build: the maximum with the index of its last change, and one loop
+    // per sum.
+    assert_eq!(text.matches("= ifold").count(), 3, "{text}");
+    assert!(text.contains(": i64 = ifold from (x0"), "{text}");
+    assert!(text.contains("-1i) count"), "{text}");
+    // The tangent d: the one-hot at that index, computed once after the loop.
+    assert!(text.contains("= ilt last"), "{text}");
+    assert_eq!(text.matches("ieq i").count(), 1, "{text}");
+}
+
+#[test]
+fn what_the_loop_does_not_change_leaves_it_reads_of_arrays_only_where_it_runs() {
+    let mut f = running_maximum();
+    passes::fission::function(&mut f);
+    passes::simplify::function(&mut f);
+    passes::simplify::function(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // x_0, the maximum and the sum of x leave the build: under `if 0 < n` (x_0 may not exist
+    // otherwise); the sum that reads d stays.
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(text.contains("= ilt 0i, n"), "{text}");
+    assert!(at("= load x[0i]") < at("= build"), "{text}");
+    assert!(at("ifold from (x0") < at("= build"), "{text}");
+    assert_eq!(
+        text[at("= build")..].matches("= ifold").count(),
+        1,
+        "{text}"
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod carry;
 pub mod dead;
+pub mod fission;
 pub mod fuse;
 pub mod inline;
 pub mod loops;
@@ -53,6 +54,9 @@ pub struct Stats {
 pub fn scalar_optimise(f: &mut Function) {
     simplify::function(f);
     if fuse::function(f) {
+        simplify::function(f);
+    }
+    if fission::function(f) {
         simplify::function(f);
     }
     if sparse::function(f) {

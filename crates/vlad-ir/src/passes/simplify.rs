@@ -29,7 +29,7 @@ pub fn function(f: &mut Function) {
     single_assignments(&mut f.body);
     let mut cx = Cx {
         vars: std::mem::take(&mut f.vars),
-        assigned: assigned(&f.body),
+        assigned: mutable(&f.body),
         subst: HashMap::new(),
         defs: HashMap::new(),
         below: HashMap::new(),
@@ -38,6 +38,7 @@ pub fn function(f: &mut Function) {
         lengths: HashMap::new(),
         integers: HashMap::new(),
         facts: Vec::new(),
+        nonempty: Vec::new(),
     };
     let mut body = std::mem::take(&mut f.body);
     cx.block(&mut body);
@@ -51,7 +52,7 @@ pub fn function(f: &mut Function) {
 
 struct Cx {
     vars: Vec<VarInfo>,
-    /// Variables assigned by `Set`: never propagated nor shared.
+    /// Variables that may change between two reads (`mutable`): never propagated nor shared.
     assigned: HashSet<Var>,
     /// Copies: a variable's uses read this operand instead.
     subst: HashMap<Var, Operand>,
@@ -71,6 +72,8 @@ struct Cx {
     /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
     /// which hold only in the rest of that block.
     facts: Vec<Vec<Var>>,
+    /// The counts of the loops whose bodies enclose the statement: each is at least 1.
+    nonempty: Vec<Operand>,
 }
 
 impl Cx {
@@ -118,8 +121,23 @@ impl Cx {
                 }
                 _ => {}
             }
+            // In a loop's body, its count is at least 1.
+            let count = match &s {
+                Stmt::For { count, .. } | Stmt::Build { count, .. } | Stmt::Ifold { count, .. }
+                    if self.is_fixed(count) =>
+                {
+                    Some(count.clone())
+                }
+                _ => None,
+            };
+            if let Some(c) = &count {
+                self.nonempty.push(c.clone());
+            }
             for b in children_mut(&mut s) {
                 self.block(b);
+            }
+            if count.is_some() {
+                self.nonempty.pop();
             }
             // A loop's `next` and `elem` operands are read after its body: renamed above,
             // before the body's own copies were known; rename them again.
@@ -217,65 +235,147 @@ impl Cx {
     /// Loop-invariant code motion: the operations at the top of a loop's body that can
     /// neither fail nor write and read nothing the loop defines, taken out to run before it
     /// (a length, arithmetic on what the loop does not change).
-    fn hoist(&self, s: &mut Stmt) -> Vec<Stmt> {
+    fn hoist(&mut self, s: &mut Stmt) -> Vec<Stmt> {
         let mut inside: HashSet<Var> = stmt_defs(s).into_iter().collect();
-        let body = match s {
-            Stmt::For { index, body, .. }
-            | Stmt::Build { index, body, .. }
-            | Stmt::Ifold { index, body, .. } => {
+        let (count, body) = match s {
+            Stmt::For { index, body, count }
+            | Stmt::Build {
+                index, body, count, ..
+            }
+            | Stmt::Ifold {
+                index, body, count, ..
+            } => {
                 inside.insert(*index);
-                body
+                (count.clone(), body)
             }
             _ => return Vec::new(),
         };
         walk(body, &mut |t| inside.extend(stmt_defs(t)));
         let mut hoisted = Vec::new();
+        // What may run only if the loop runs at all (`guarded`): reads of arrays (proved in
+        // range where the loop's count is at least 1), and what reads them.
+        let mut guarded: Vec<Stmt> = Vec::new();
+        let mut guarded_defs: HashSet<Var> = HashSet::new();
+        // Until the first statement that may fail or act, the body only computes: a read there
+        // is in range whenever the loop runs (no check inside the loop guards it).
+        let mut prefix = self.is_fixed(&count);
         let mut kept = Vec::with_capacity(body.len());
         for t in std::mem::take(body) {
+            let reads_ok = |x: &Operand, own: &HashSet<Var>| match x {
+                Operand::Var(v) => {
+                    own.contains(v)
+                        || (self.is_fixed(x) && (!inside.contains(v) || guarded_defs.contains(v)))
+                }
+                _ => true,
+            };
+            let reads_guarded = {
+                let mut r = false;
+                walk(std::slice::from_ref(&t), &mut |u| {
+                    r |= stmt_operands(u)
+                        .iter()
+                        .any(|x| x.var().is_some_and(|v| guarded_defs.contains(&v)))
+                });
+                r
+            };
+            // The variables a statement defines inside itself (a loop's step).
+            let mut own: HashSet<Var> = HashSet::new();
+            walk(std::slice::from_ref(&t), &mut |u| {
+                own.extend(stmt_defs(u));
+                if let Stmt::Ifold { index, .. } | Stmt::For { index, .. } = u {
+                    own.insert(*index);
+                }
+            });
+            let mut free = true;
+            walk(std::slice::from_ref(&t), &mut |u| {
+                for x in stmt_operands(u) {
+                    free &= reads_ok(x, &own);
+                }
+            });
             // Not a conversion to an integer: the loop may run it only after the check that
             // makes it defined in C (a real in range).
-            let invariant = match &t {
-                Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)) => false,
-                // A loop that only computes (the guard of `passes::sparse`), from what this loop
-                // does not change.
-                Stmt::Ifold { .. } if super::fuse::pure(std::slice::from_ref(&t)) => {
-                    let mut own: HashSet<Var> = HashSet::new();
-                    walk(std::slice::from_ref(&t), &mut |u| {
-                        own.extend(stmt_defs(u));
-                        if let Stmt::Ifold { index, .. } | Stmt::For { index, .. } = u {
-                            own.insert(*index);
-                        }
-                    });
-                    let mut free = true;
-                    walk(std::slice::from_ref(&t), &mut |u| {
-                        for x in stmt_operands(u) {
-                            if let Operand::Var(v) = x {
-                                free &=
-                                    own.contains(v) || (self.is_fixed(x) && !inside.contains(v));
-                            }
-                        }
-                    });
-                    free
-                }
-                Stmt::Let(vs, op @ (Op::Length(_) | Op::Unary(..) | Op::Binary(..)))
-                    if vs.len() == 1 =>
-                {
-                    op_operands(op)
-                        .iter()
-                        .all(|x| self.is_fixed(x) && x.var().is_none_or(|v| !inside.contains(&v)))
-                }
-                _ => false,
-            };
-            if invariant {
+            let movable = free
+                && match &t {
+                    Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)) => false,
+                    // A loop that only computes (the guard of `passes::sparse`, a fold of
+                    // what this loop does not change).
+                    Stmt::Ifold { .. } => super::fuse::pure(std::slice::from_ref(&t)),
+                    Stmt::Let(vs, Op::Length(_) | Op::Unary(..) | Op::Binary(..) | Op::Copy(_)) => {
+                        vs.len() == 1
+                    }
+                    Stmt::Let(vs, Op::Load { .. }) => vs.len() == 1 && prefix,
+                    _ => false,
+                };
+            let load = matches!(t, Stmt::Let(_, Op::Load { .. }));
+            if movable && !load && !reads_guarded {
                 for v in stmt_defs(&t) {
                     inside.remove(&v);
                 }
                 hoisted.push(t);
+            } else if movable && prefix {
+                guarded_defs.extend(stmt_defs(&t));
+                guarded.push(t);
             } else {
+                if !super::fuse::pure(std::slice::from_ref(&t)) {
+                    prefix = false;
+                }
                 kept.push(t);
             }
         }
         *body = kept;
+        if guarded.is_empty() {
+            return hoisted;
+        }
+        // `if count > 0 { guarded } `, its results passed to the loop through variables
+        // assigned in both branches (placeholders where the loop does not run).
+        let mut used: HashSet<Var> = HashSet::new();
+        walk(std::slice::from_ref(&*s), &mut |u| {
+            used.extend(stmt_operands(u).iter().filter_map(|x| x.var()))
+        });
+        let exported: Vec<Var> = guarded
+            .iter()
+            .flat_map(stmt_defs)
+            .filter(|v| used.contains(v))
+            .collect();
+        let mut map: HashMap<Var, Var> = HashMap::new();
+        let mut then = guarded;
+        let mut els = Vec::new();
+        for v in &exported {
+            let info = self.vars[v.0 as usize].clone();
+            let e = fresh_var(&mut self.vars, info.ty.clone(), &copy_prefix(&info.name));
+            then.push(Stmt::Set(e, Operand::Var(*v)));
+            els.push(Stmt::Set(e, Operand::placeholder(&info.ty)));
+            map.insert(*v, e);
+        }
+        let rename = |x: &mut Operand| {
+            if let Operand::Var(v) = x {
+                if let Some(e) = map.get(v) {
+                    *v = *e;
+                }
+            }
+        };
+        for x in stmt_operands_mut(s) {
+            rename(x);
+        }
+        for b in children_mut(s) {
+            walk_mut(b, &mut |u| {
+                for x in stmt_operands_mut(u) {
+                    rename(x);
+                }
+            });
+        }
+        let ran = fresh_var(&mut self.vars, Ty::Bool, "ran");
+        if !exported.is_empty() {
+            hoisted.push(Stmt::Declare(exported.iter().map(|v| map[v]).collect()));
+        }
+        hoisted.push(Stmt::Let(
+            vec![ran],
+            Op::Binary(BinOp::ILt, Operand::I64(0), count),
+        ));
+        hoisted.push(Stmt::If {
+            cond: Operand::Var(ran),
+            then,
+            els,
+        });
         hoisted
     }
 
@@ -346,6 +446,7 @@ impl Cx {
         match (i, n) {
             (Operand::Var(x), _) => self.below.get(x) == Some(n),
             (Operand::I64(i), Operand::I64(n)) => 0 <= *i && i < n,
+            (Operand::I64(0), n) => self.nonempty.contains(n),
             _ => false,
         }
     }
@@ -560,6 +661,63 @@ pub fn fold_binary(op: BinOp, x: &Operand, y: &Operand) -> Option<Operand> {
     (!matches!(r, F(c) if c.is_nan())).then_some(r)
 }
 
+/// The variables that may change between two reads: those assigned by `Set`, except joins. A
+/// join is declared in a block and assigned only at the top level of the branches of one `if`
+/// later in that block, and not read before it: once the `if` has run it does not change, and
+/// it reads like a definition (the results of a callee inlined with returns in branches, of a
+/// `cond`, of the hoisted code of `hoist`).
+pub fn mutable(body: &[Stmt]) -> HashSet<Var> {
+    let mut out = assigned(body);
+    let mut sets: HashMap<Var, usize> = HashMap::new();
+    walk(body, &mut |s| {
+        if let Stmt::Set(v, _) = s {
+            *sets.entry(*v).or_default() += 1;
+        }
+    });
+    fn block(b: &[Stmt], sets: &HashMap<Var, usize>, out: &mut HashSet<Var>) {
+        for (d, s) in b.iter().enumerate() {
+            for c in children(s) {
+                block(c, sets, out);
+            }
+            let Stmt::Declare(vs) = s else {
+                continue;
+            };
+            for v in vs {
+                let Some(&n) = sets.get(v) else {
+                    continue;
+                };
+                let reads = |t: &Stmt| stmt_operands(t).iter().any(|x| x.var() == Some(*v));
+                for (e, t) in b.iter().enumerate().skip(d + 1) {
+                    if let Stmt::If { cond, then, els } = t {
+                        let top = |blk: &Block| {
+                            blk.iter()
+                                .filter(|u| matches!(u, Stmt::Set(w, _) if w == v))
+                                .count()
+                        };
+                        if top(then) + top(els) == n {
+                            let mut before = false;
+                            walk(&b[d + 1..e], &mut |u| before |= reads(u));
+                            if !before && cond.var() != Some(*v) {
+                                out.remove(v);
+                            }
+                            break;
+                        }
+                    }
+                    let mut sets_here = false;
+                    walk(std::slice::from_ref(t), &mut |u| {
+                        sets_here |= matches!(u, Stmt::Set(w, _) if w == v)
+                    });
+                    if sets_here {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    block(body, &sets, &mut out);
+    out
+}
+
 /// A declared variable assigned once, in its declaration's block (not in a branch or a loop)
 /// and read only after that, becomes a definition: what a branch on a constant leaves
 /// (`var x; x := 1.0`), which copy propagation and folding then see through.
@@ -691,6 +849,27 @@ pub fn dead_code(body: &mut Block) {
         let mut removed = false;
         flat_map(body, &mut |s| match &s {
             Stmt::Let(vs, op) if is_pure(op) && vs.iter().all(|v| !used.contains_key(v)) => {
+                removed = true;
+                vec![]
+            }
+            Stmt::Set(v, _) if !used.contains_key(v) => {
+                removed = true;
+                vec![]
+            }
+            Stmt::Declare(vs) if vs.iter().any(|v| !used.contains_key(v)) => {
+                removed = true;
+                let vs: Vec<Var> = vs
+                    .iter()
+                    .copied()
+                    .filter(|v| used.contains_key(v))
+                    .collect();
+                if vs.is_empty() {
+                    vec![]
+                } else {
+                    vec![Stmt::Declare(vs)]
+                }
+            }
+            Stmt::If { then, els, .. } if then.is_empty() && els.is_empty() => {
                 removed = true;
                 vec![]
             }

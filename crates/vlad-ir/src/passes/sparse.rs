@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 pub fn function(f: &mut Function) -> bool {
     let mut vars = std::mem::take(&mut f.vars);
     let mut changed = false;
-    let assigned = assigned(&f.body);
+    let assigned = crate::passes::simplify::mutable(&f.body);
     flat_map(&mut f.body, &mut |s| match one_hot(&s, &assigned, &vars) {
         Some(plan) => {
             changed = true;
@@ -49,17 +49,20 @@ pub fn function(f: &mut Function) -> bool {
 /// What a step's real is at an index other than `k`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Abs {
-    /// A zero (of either sign), given the guard.
-    Zero,
+    /// A zero (of either sign), given the guard and, if the mask has bits, given that the
+    /// values of those bits (`Follow::assumable`) are zeros.
+    Zero(u64),
     /// A boolean known there.
     Known(bool),
     Other,
 }
 
-/// A one-hot fold found: the index `k` and the values the guard tests finite.
+/// A one-hot fold found: the index `k`, the values the guard tests finite, and the reals
+/// defined before the loop that must be zeros (tested where the loop is).
 struct Plan {
     k: Var,
     finite: Vec<Operand>,
+    zero: Vec<Var>,
 }
 
 fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> {
@@ -120,15 +123,35 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
         }
     });
     let k = k?;
+    // Reals defined before the loop that the step reads: each may be assumed a zero (the
+    // tangent of a running maximum, a zero unless the maximum is at `k`), then tested.
+    let mut assumable: Vec<Var> = Vec::new();
+    walk(body, &mut |t| {
+        for x in stmt_operands(t) {
+            if let Operand::Var(v) = x {
+                if !inner.contains(v)
+                    && !accs.contains(v)
+                    && !assigned.contains(v)
+                    && vars[v.0 as usize].ty == Ty::F64
+                    && !assumable.contains(v)
+                    && assumable.len() < 64
+                {
+                    assumable.push(*v);
+                }
+            }
+        }
+    });
     let mut cx = Follow {
         index: *index,
         k,
         env: HashMap::new(),
         finite: Vec::new(),
+        assumable,
     };
     cx.block(body);
     // Every next value: the accumulator plus a zero, or the accumulator.
     let defs = definitions(body);
+    let mut assumed = 0u64;
     for (acc, n) in accs.iter().zip(next) {
         let Operand::Var(n) = n else {
             return None;
@@ -146,9 +169,10 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
         } else {
             return None;
         };
-        if cx.value(term) != Abs::Zero {
+        let Abs::Zero(bits) = cx.value(term) else {
             return None;
-        }
+        };
+        assumed |= bits;
     }
     // The guard's values must be computable from the index and what the loop does not
     // change: not from the accumulators, nor from what the step assigns.
@@ -177,9 +201,14 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
             }
         }
     }
+    let zero = (0..cx.assumable.len())
+        .filter(|b| assumed & (1 << b) != 0)
+        .map(|b| cx.assumable[b])
+        .collect();
     Some(Plan {
         k,
         finite: cx.finite,
+        zero,
     })
 }
 
@@ -231,25 +260,33 @@ struct Follow {
     k: Var,
     env: HashMap<Var, Abs>,
     finite: Vec<Operand>,
+    /// The reals from before the loop that may be assumed zeros, by bit.
+    assumable: Vec<Var>,
 }
 
 impl Follow {
     fn value(&self, x: &Operand) -> Abs {
         match x {
-            Operand::F64(c) if *c == 0.0 => Abs::Zero,
+            Operand::F64(c) if *c == 0.0 => Abs::Zero(0),
             Operand::Bool(b) => Abs::Known(*b),
-            Operand::Var(v) => self.env.get(v).copied().unwrap_or(Abs::Other),
+            Operand::Var(v) => match self.env.get(v) {
+                Some(a) => *a,
+                None => match self.assumable.iter().position(|u| u == v) {
+                    Some(b) => Abs::Zero(1 << b),
+                    None => Abs::Other,
+                },
+            },
             _ => Abs::Other,
         }
     }
 
     /// A product with a zero is a zero if the other factor is finite: the guard tests it.
-    fn times_zero(&mut self, other: &Operand) -> Abs {
+    fn times_zero(&mut self, zero: u64, other: &Operand) -> Abs {
         match other {
             Operand::F64(c) if c.is_finite() => {}
             _ => self.finite.push(other.clone()),
         }
-        Abs::Zero
+        Abs::Zero(zero)
     }
 
     fn block(&mut self, body: &[Stmt]) {
@@ -268,14 +305,14 @@ impl Follow {
                             Abs::Known(matches!(op, Op::Binary(BinOp::INe, ..)))
                         }
                         Op::Binary(BinOp::FMul, x, y) => match (self.value(x), self.value(y)) {
-                            (Abs::Zero, Abs::Zero) => Abs::Zero,
-                            (Abs::Zero, _) => self.times_zero(y),
-                            (_, Abs::Zero) => self.times_zero(x),
+                            (Abs::Zero(a), Abs::Zero(b)) => Abs::Zero(a | b),
+                            (Abs::Zero(a), _) => self.times_zero(a, y),
+                            (_, Abs::Zero(b)) => self.times_zero(b, x),
                             _ => Abs::Other,
                         },
                         Op::Binary(BinOp::FAdd | BinOp::FSub, x, y) => {
                             match (self.value(x), self.value(y)) {
-                                (Abs::Zero, Abs::Zero) => Abs::Zero,
+                                (Abs::Zero(a), Abs::Zero(b)) => Abs::Zero(a | b),
                                 _ => Abs::Other,
                             }
                         }
@@ -451,8 +488,23 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     });
     // The step at `k` records no call site: the loop's last one, if it ran, follows.
     let site_after = fuse::trailing_site(&body_sites, count_after, vars);
+    // The guard, and the zeros assumed.
+    let mut cond = Operand::Var(ok);
+    for v in &plan.zero {
+        let z = fresh_var(vars, Ty::Bool, "zero");
+        let both = fresh_var(vars, Ty::Bool, "ok");
+        out.push(Stmt::Let(
+            vec![z],
+            Op::Binary(BinOp::FEq, Operand::Var(*v), Operand::F64(0.0)),
+        ));
+        out.push(Stmt::Let(
+            vec![both],
+            Op::Binary(BinOp::And, cond, Operand::Var(z)),
+        ));
+        cond = Operand::Var(both);
+    }
     out.push(Stmt::If {
-        cond: Operand::Var(ok),
+        cond,
         then: fast,
         els: slow_path,
     });
