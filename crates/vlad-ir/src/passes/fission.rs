@@ -159,6 +159,12 @@ fn last_write(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
         let Operand::Var(w) = next[p] else {
             continue;
         };
+        if !body
+            .iter()
+            .any(|t| matches!(t, Stmt::Declare(vs) if vs.contains(&w)))
+        {
+            continue;
+        }
         // `w` is declared at the top of the step and assigned in both branches of one `if`
         // there: the accumulator in one, a value in the other.
         let Some(at) = body.iter().position(
@@ -166,7 +172,7 @@ fn last_write(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
         ) else {
             continue;
         };
-        let Stmt::If { cond, then, els } = &body[at] else {
+        let Stmt::If { then, els, .. } = &body[at] else {
             continue;
         };
         let mut total_sets = 0;
@@ -225,7 +231,6 @@ fn last_write(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
         if !ok || value.var().is_some_and(|v| !fine(&v) || v == *index) {
             continue;
         }
-        let _ = cond;
         // The rewritten loop.
         let last = fresh_var(vars, Ty::I64, "last");
         let wl = fresh_var(vars, Ty::I64, "last");

@@ -15,11 +15,14 @@
 //! - at every index but `k` (where the step's comparisons of the index with `k` are false),
 //!   each term is a zero, provided some of the step's values are finite (the factors of
 //!   products with a zero): the step's reals are followed as "a zero" or "something", and a
-//!   product of a zero and something asks for that something to be finite.
+//!   product of a zero and something asks for that something to be finite;
+//! - a real from before the loop may be taken for a zero where that makes a term a zero (the
+//!   tangent of log-sum-exp's maximum, a zero at every entry but the maximum's): it is then
+//!   tested, with the guard.
 //!
-//! Then, if those values are finite at every index, each step but `k`'s adds a zero to an
-//! accumulator that is not `-0`, which leaves it unchanged (`x + 0 = x` for such `x`, `x + -0
-//! = x` for all), and the step at `k` starts from the initial values. So the loop becomes a
+//! Then, if those values are finite at every index (and those reals zeros), each step but
+//! `k`'s adds a zero to an accumulator that is not `-0`, which leaves it unchanged (`x + 0 =
+//! x` for such `x`, `x + -0 = x` for all), and the step at `k` starts from the initial values. So the loop becomes a
 //! guard loop (those values computed at every index and tested finite: `x * 0 = 0`), then the
 //! step at `k` if `k` is below the count (the initial values if not), or the original loop
 //! where the guard fails. The guard reads neither the accumulators nor, in `grad`, `k`: the
