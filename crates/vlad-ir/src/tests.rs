@@ -1525,3 +1525,20 @@ fn what_the_loop_does_not_change_leaves_it_reads_of_arrays_only_where_it_runs() 
         "{text}"
     );
 }
+
+#[test]
+fn inlining_copies_only_the_variables_the_callee_uses() {
+    // The step's table holds 1000 variables its code no longer uses (what its own
+    // optimisation removed): the caller gets none of them.
+    let mut p = fold_of_gets();
+    for k in 0..1000 {
+        fresh_var(&mut p.funcs[1].vars, Ty::F64, &format!("dead{k}_"));
+    }
+    let before = p.funcs[0].vars.len();
+    passes::inline::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("call f1"), "{text}");
+    let added = p.funcs[0].vars.len() - before;
+    assert!(added < 50, "{added} variables added");
+}

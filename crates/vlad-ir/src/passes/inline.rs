@@ -19,7 +19,6 @@
 
 use crate::ir::*;
 use crate::passes::marks;
-use std::collections::HashMap;
 
 /// The largest callee inlined, in statements (nested ones included, call-site records not),
 /// after its own scalar optimisation: enough for the steps of numerical loops and for the
@@ -56,13 +55,12 @@ pub fn run(p: &mut Program) {
         for &id in &comp {
             let wanted: Vec<usize> = edges[id].iter().copied().filter(|&c| ok[c]).collect();
             if !wanted.is_empty() {
-                let callees: HashMap<u32, Function> = wanted
-                    .iter()
-                    .map(|&c| (c as u32, p.funcs[c].clone()))
-                    .collect();
-                let f = &mut p.funcs[id];
-                let mut vars = std::mem::take(&mut f.vars);
-                flat_map(&mut f.body, &mut |s| match s {
+                // The caller's code is taken out while the callees (never the caller: a
+                // function that calls itself is not inlined) are read in place.
+                let mut vars = std::mem::take(&mut p.funcs[id].vars);
+                let mut body = std::mem::take(&mut p.funcs[id].body);
+                let funcs = &p.funcs;
+                flat_map(&mut body, &mut |s| match s {
                     Stmt::Let(
                         results,
                         Op::Call {
@@ -70,12 +68,13 @@ pub fn run(p: &mut Program) {
                             args,
                             guard: None,
                         },
-                    ) if callees.contains_key(&func.0) => {
-                        expand(&callees[&func.0], &args, &results, &mut vars)
+                    ) if func.0 as usize != id && wanted.contains(&(func.0 as usize)) => {
+                        expand(&funcs[func.0 as usize], &args, &results, &mut vars)
                     }
                     other => vec![other],
                 });
-                f.vars = vars;
+                p.funcs[id].vars = vars;
+                p.funcs[id].body = body;
             }
             super::scalar_optimise(&mut p.funcs[id]);
             let f = &p.funcs[id];
@@ -181,12 +180,27 @@ pub fn expand(
     results: &[Var],
     vars: &mut Vec<VarInfo>,
 ) -> Vec<Stmt> {
+    // Fresh variables for those the callee's code uses only: its table also holds those of
+    // code that its own optimisation removed, which copies would carry up the call graph.
+    let mut body = callee.body.clone();
+    let used = std::cell::RefCell::new(vec![false; callee.vars.len()]);
+    map_vars(&mut body, &|v| {
+        used.borrow_mut()[v.0 as usize] = true;
+        v
+    });
+    let used = used.into_inner();
     let renamed: Vec<Var> = callee
         .vars
         .iter()
-        .map(|v| fresh_var(vars, v.ty.clone(), &copy_prefix(&v.name)))
+        .enumerate()
+        .map(|(i, v)| {
+            if used[i] || callee.params.contains(&Var(i as u32)) {
+                fresh_var(vars, v.ty.clone(), &copy_prefix(&v.name))
+            } else {
+                Var(u32::MAX)
+            }
+        })
         .collect();
-    let mut body = callee.body.clone();
     map_vars(&mut body, &|v| renamed[v.0 as usize]);
     let mut out: Vec<Stmt> = callee
         .params
