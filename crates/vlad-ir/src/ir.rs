@@ -746,6 +746,15 @@ pub fn copy_fresh(
     (copy, renamed)
 }
 
+/// An operand of a copy of code made by `copy_fresh`: its variable renamed if the copy renamed
+/// it.
+pub fn renamed_operand(x: &Operand, renamed: &std::collections::HashMap<Var, Var>) -> Operand {
+    match x {
+        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
+        c => c.clone(),
+    }
+}
+
 /// The prefix of the name of a copy of a variable (`fresh_var` appends its number): the
 /// original's name up to its first `_`, then `_` (`t4` and `t4_17` give `t4_`).
 pub fn copy_prefix(name: &str) -> String {

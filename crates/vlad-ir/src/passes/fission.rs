@@ -101,11 +101,7 @@ fn split(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
     let mut out = Vec::new();
     for g in groups {
         let (mut copy, renamed) = copy_fresh(body, &[*index], vars);
-        let rn = |x: &Operand| match x {
-            Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
-            other => other.clone(),
-        };
-        let nexts: Vec<Operand> = next.iter().map(rn).collect();
+        let nexts: Vec<Operand> = next.iter().map(|x| renamed_operand(x, &renamed)).collect();
         let live: HashSet<usize> = g.iter().copied().collect();
         fuse::keep_needed(&mut copy, &nexts, &live);
         out.push(Stmt::Ifold {
@@ -277,10 +273,7 @@ fn last_write(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
             Op::Copy(Operand::Var(last)),
         )];
         at_last.extend(copy);
-        let value = match value {
-            Operand::Var(v) => Operand::Var(renamed.get(&v).copied().unwrap_or(v)),
-            other => other,
-        };
+        let value = renamed_operand(&value, &renamed);
         at_last.push(Stmt::Set(*acc, value));
         let none = fresh_var(vars, Ty::Bool, "none");
         out.push(Stmt::Declare(vec![*acc]));

@@ -130,10 +130,7 @@ fn fuse_builds(f: &mut Function) -> bool {
             let (copy, renamed) = copy_fresh(&without_sites, &[step.index], &mut vars);
             let mut out = vec![Stmt::Let(vec![renamed[&step.index]], Op::Copy(index))];
             out.extend(copy);
-            let mut x = step.elem[slot as usize].clone();
-            if let Operand::Var(v) = &mut x {
-                *v = renamed.get(v).copied().unwrap_or(*v);
-            }
+            let x = renamed_operand(&step.elem[slot as usize], &renamed);
             out.push(Stmt::Let(xs, Op::Copy(x)));
             out
         }

@@ -56,7 +56,7 @@ pub fn unroll(f: &mut Function) {
                             array: Operand::Var(array),
                             index: Operand::I64(k),
                             slot: slot as u32,
-                            value: rename(x, &renamed),
+                            value: renamed_operand(x, &renamed),
                         });
                     }
                 }
@@ -81,7 +81,7 @@ pub fn unroll(f: &mut Function) {
                         out.push(Stmt::Let(vec![renamed[a]], Op::Copy(x.clone())));
                     }
                     out.extend(copy);
-                    current = next.iter().map(|x| rename(x, &renamed)).collect();
+                    current = next.iter().map(|x| renamed_operand(x, &renamed)).collect();
                 }
                 for (a, x) in accs.iter().zip(current) {
                     out.push(Stmt::Let(vec![*a], Op::Copy(x)));
@@ -91,14 +91,6 @@ pub fn unroll(f: &mut Function) {
             other => vec![other],
         });
         f.vars = vars;
-    }
-}
-
-/// An operand of a copy of code.
-fn rename(x: &Operand, renamed: &HashMap<Var, Var>) -> Operand {
-    match x {
-        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
-        c => c.clone(),
     }
 }
 

@@ -386,10 +386,7 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let roots: Vec<Var> = plan.finite.iter().filter_map(|x| x.var()).collect();
     let sliced = slice(&body, &roots, &defs);
     let (mut guard_body, renamed) = copy_fresh(&sliced, &[index], vars);
-    let rn = |x: &Operand| match x {
-        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
-        other => other.clone(),
-    };
+    let rn = |x: &Operand| renamed_operand(x, &renamed);
     let mut acc = Operand::Var(ok);
     for x in &plan.finite {
         let z = fresh_var(vars, Ty::F64, "z");
@@ -420,10 +417,7 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     out.push(Stmt::Declare(accs.clone()));
     // The step at `k`, from the initial values.
     let (step, renamed) = copy_fresh(&body, &[&[index][..], &accs].concat(), vars);
-    let rn = |x: &Operand| match x {
-        Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
-        other => other.clone(),
-    };
+    let rn = |x: &Operand| renamed_operand(x, &renamed);
     let mut at_k = vec![Stmt::Let(
         vec![renamed[&index]],
         Op::Copy(Operand::Var(plan.k)),
@@ -471,13 +465,7 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     // The original loop, where the guard fails: as the `for` loop `passes::loops` makes of
     // it, which this pass does not rewrite again (a copy of it inlined elsewhere keeps it).
     let (mut slow_body, renamed) = copy_fresh(&body, &[index], vars);
-    let next: Vec<Operand> = next
-        .iter()
-        .map(|x| match x {
-            Operand::Var(v) => Operand::Var(renamed.get(v).copied().unwrap_or(*v)),
-            other => other.clone(),
-        })
-        .collect();
+    let next: Vec<Operand> = next.iter().map(|x| renamed_operand(x, &renamed)).collect();
     slow_body.extend(crate::passes::loops::assign_all(&accs, next, vars));
     let mut slow_path: Vec<Stmt> = accs
         .iter()
