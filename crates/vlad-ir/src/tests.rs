@@ -1542,3 +1542,106 @@ fn inlining_copies_only_the_variables_the_callee_uses() {
     let added = p.funcs[0].vars.len() - before;
     assert!(added < 50, "{added} variables added");
 }
+
+#[test]
+fn reads_of_an_array_written_in_place_are_neither_hoisted_nor_fused() {
+    // s = ifold (s, i -> (a[i] := a[0] + 1; s + a[0])) 0 (length a), then b = build n (j ->
+    // 2 a[j]); a[0] := 5; return s + b[0]: an iteration writes what the next reads, and b
+    // holds what a held before the write.
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let s = b.var(Ty::F64, "s");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(a),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(y),
+    });
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(x)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    let doubled = b.var(arr, "b");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let aj = b.let1(
+        Ty::F64,
+        "aj",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let d = b.let1(
+        Ty::F64,
+        "d",
+        Op::Binary(BinOp::FMul, Operand::Var(aj), Operand::F64(2.0)),
+    );
+    let step = b.close();
+    b.push(Stmt::Build {
+        array: doubled,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: j,
+        body: step,
+        elem: vec![Operand::Var(d)],
+    });
+    b.push(Stmt::Store {
+        array: Operand::Var(a),
+        index: Operand::I64(0),
+        slot: 0,
+        value: Operand::F64(5.0),
+    });
+    let b0 = b.let1(
+        Ty::F64,
+        "b0",
+        Op::Load {
+            array: Operand::Var(doubled),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    let r = b.let1(
+        Ty::F64,
+        "r",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(b0)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    let mut f = b.finish(spec(0), vec![a], layout(&[Ty::F64]));
+    passes::scalar_optimise(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("= ifold") < at("= load a[0i]"), "{text}");
+    assert!(text.contains("= build"), "{text}");
+}

@@ -44,6 +44,9 @@ struct Step {
 
 fn fuse_builds(f: &mut Function) -> bool {
     let assigned = assigned(&f.body);
+    // A step that reads arrays computes the same later only if nothing writes into arrays
+    // between (in-place accumulation of reverse mode stores into an array it was given).
+    let writes = writes_arrays(&f.body, &f.vars);
     let mut steps: HashMap<Var, Step> = HashMap::new();
     walk(&f.body, &mut |s| {
         if let Stmt::Build {
@@ -59,6 +62,7 @@ fn fuse_builds(f: &mut Function) -> bool {
                 && code_size(body) <= MAX_STEP
                 && reads_fixed(s, &assigned)
                 && last_site(body).is_some()
+                && !(writes && reads_arrays(body))
             {
                 steps.insert(
                     *array,
@@ -180,6 +184,44 @@ pub fn trailing_site(body: &[Stmt], count: Operand, vars: &mut Vec<VarInfo>) -> 
             els: vec![],
         },
     ]
+}
+
+/// Whether a block may write into an array that exists before it: a store into an array it
+/// did not make itself, or a call that passes a pointer (the callee may add into it in place,
+/// `marks::accumulating`).
+pub fn writes_arrays(block: &[Stmt], vars: &[VarInfo]) -> bool {
+    let mut fresh: HashSet<Var> = HashSet::new();
+    walk(block, &mut |s| {
+        if let Stmt::Let(vs, Op::NewArray { .. }) = s {
+            fresh.extend(vs.iter().copied());
+        }
+    });
+    let pointer = |x: &Operand| {
+        x.var()
+            .is_some_and(|v| vars[v.0 as usize].ty.holds_pointer())
+    };
+    let mut writes = false;
+    walk(block, &mut |s| {
+        writes |= match s {
+            Stmt::Store { array, .. } => !array.var().is_some_and(|a| fresh.contains(&a)),
+            Stmt::SetField { .. } => true,
+            Stmt::Let(_, Op::Call { args, .. })
+            | Stmt::TailCall { args, .. }
+            | Stmt::MachineCall { args, .. }
+            | Stmt::MachineTailCall { args, .. } => args.iter().any(pointer),
+            _ => false,
+        }
+    });
+    writes
+}
+
+/// Whether a block reads the elements of an array.
+pub fn reads_arrays(block: &[Stmt]) -> bool {
+    let mut reads = false;
+    walk(block, &mut |s| {
+        reads |= matches!(s, Stmt::Let(_, Op::Load { .. }))
+    });
+    reads
 }
 
 /// Whether a step only computes, cheaply: arithmetic, comparisons, conversions to reals,

@@ -251,6 +251,9 @@ impl Cx {
             _ => return Vec::new(),
         };
         walk(body, &mut |t| inside.extend(stmt_defs(t)));
+        // Reads of arrays leave the loop only if it writes into none (a read before the loop
+        // would not see an element added in place by an iteration).
+        let writes = super::fuse::writes_arrays(body, &self.vars);
         let mut hoisted = Vec::new();
         // What may run only if the loop runs at all (`guarded`): reads of arrays (proved in
         // range where the loop's count is at least 1), and what reads them.
@@ -294,6 +297,7 @@ impl Cx {
             // Not a conversion to an integer: the loop may run it only after the check that
             // makes it defined in C (a real in range).
             let movable = free
+                && !(writes && super::fuse::reads_arrays(std::slice::from_ref(&t)))
                 && match &t {
                     Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)) => false,
                     // A loop that only computes (the guard of `passes::sparse`, a fold of
