@@ -719,6 +719,19 @@ pub fn map_vars(block: &mut Block, f: &impl Fn(Var) -> Var) {
     });
 }
 
+/// The variables a block defines, nested blocks included: definitions, declarations and the
+/// indices of its loops.
+pub fn defined_in(block: &[Stmt]) -> Vec<Var> {
+    let mut defined = Vec::new();
+    walk(block, &mut |s| {
+        defined.extend(stmt_defs(s));
+        if let Stmt::Build { index, .. } | Stmt::Ifold { index, .. } = s {
+            defined.push(*index);
+        }
+    });
+    defined
+}
+
 /// A copy of `block` in which the variables it defines, and `also`, are fresh variables of
 /// `vars` (a second copy of code in the same function: every variable is defined once); the
 /// renaming too.
@@ -728,12 +741,7 @@ pub fn copy_fresh(
     vars: &mut Vec<VarInfo>,
 ) -> (Block, std::collections::HashMap<Var, Var>) {
     let mut defined = also.to_vec();
-    walk(block, &mut |s| {
-        defined.extend(stmt_defs(s));
-        if let Stmt::Build { index, .. } | Stmt::Ifold { index, .. } = s {
-            defined.push(*index);
-        }
-    });
+    defined.extend(defined_in(block));
     let renamed: std::collections::HashMap<Var, Var> = defined
         .into_iter()
         .map(|v| {

@@ -15,6 +15,7 @@
 //! alone is used (`(tangent (f* ...))`), paper 002's loop fission followed by `snd`.
 
 use crate::ir::*;
+use crate::passes::simplify::count_uses;
 use std::collections::{HashMap, HashSet};
 
 /// The largest step (in statements) that fusion copies into each read.
@@ -263,13 +264,7 @@ fn reads_fixed(s: &Stmt, assigned: &HashSet<Var>) -> bool {
 /// own next values; whether any was dropped.
 fn dead_accumulators(body: &mut Block) -> bool {
     let mut uses: HashMap<Var, usize> = HashMap::new();
-    walk(body, &mut |s| {
-        for x in stmt_operands(s) {
-            if let Operand::Var(v) = x {
-                *uses.entry(*v).or_default() += 1;
-            }
-        }
-    });
+    walk(body, &mut |s| count_uses(s, &mut uses));
     let mut changed = false;
     walk_mut(body, &mut |s| {
         let Stmt::Ifold {
@@ -284,13 +279,7 @@ fn dead_accumulators(body: &mut Block) -> bool {
         };
         // The uses of each accumulator inside the loop: its reads outside are the rest.
         let mut inside: HashMap<Var, usize> = HashMap::new();
-        walk(body, &mut |t| {
-            for x in stmt_operands(t) {
-                if let Operand::Var(v) = x {
-                    *inside.entry(*v).or_default() += 1;
-                }
-            }
-        });
+        walk(body, &mut |t| count_uses(t, &mut inside));
         for x in next.iter() {
             if let Operand::Var(v) = x {
                 *inside.entry(*v).or_default() += 1;

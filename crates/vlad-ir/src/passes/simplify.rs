@@ -281,13 +281,7 @@ impl Cx {
                 r
             };
             // The variables a statement defines inside itself (a loop's step).
-            let mut own: HashSet<Var> = HashSet::new();
-            walk(std::slice::from_ref(&t), &mut |u| {
-                own.extend(stmt_defs(u));
-                if let Stmt::Ifold { index, .. } | Stmt::For { index, .. } = u {
-                    own.insert(*index);
-                }
-            });
+            let own: HashSet<Var> = defined_in(std::slice::from_ref(&t)).into_iter().collect();
             let mut free = true;
             walk(std::slice::from_ref(&t), &mut |u| {
                 for x in stmt_operands(u) {
@@ -781,7 +775,7 @@ fn single_assignments(body: &mut Block) {
 }
 
 /// Adds the variables a statement reads itself to `uses`.
-fn count_uses(s: &Stmt, uses: &mut HashMap<Var, usize>) {
+pub(crate) fn count_uses(s: &Stmt, uses: &mut HashMap<Var, usize>) {
     for x in stmt_operands(s) {
         if let Operand::Var(v) = x {
             *uses.entry(*v).or_default() += 1;

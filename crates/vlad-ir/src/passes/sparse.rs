@@ -179,7 +179,7 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
     }
     // The guard's values must be computable from the index and what the loop does not
     // change: not from the accumulators, nor from what the step assigns.
-    let step_assigned = assigned_in(body);
+    let step_assigned = crate::ir::assigned(body);
     let top: HashSet<Var> = body.iter().flat_map(stmt_defs).collect();
     for x in &cx.finite {
         if let Operand::Var(v) = x {
@@ -226,16 +226,6 @@ fn definitions(body: &[Stmt]) -> HashMap<Var, Op> {
         }
     });
     defs
-}
-
-fn assigned_in(body: &[Stmt]) -> HashSet<Var> {
-    let mut out = HashSet::new();
-    walk(body, &mut |t| {
-        if let Stmt::Set(v, _) = t {
-            out.insert(*v);
-        }
-    });
-    out
 }
 
 /// The definitions (in order, top-level ones of the step: the step has no nested loops and
