@@ -42,6 +42,13 @@ enum Bind {
     /// rather than through the reverse `if-procedure`: that one's own code contains an `if`, and
     /// transforming it through itself would never end.
     If(Var, Atom, ExprId, ExprId),
+    /// `x = (if c a b)` whose branches are atoms (variables or constants): a selection, which
+    /// needs no thunks. Its backpropagator is no closure of its own: the enclosing one tests
+    /// `c` again and gives the result's sensitivity to the atom that was chosen. A conditional
+    /// with thunks makes a closure per branch, of two codes, and where it runs in a loop
+    /// (`max`, `min` and `relu` written with `if`) compiled code boxed each step's
+    /// backpropagator, a different closure each time.
+    Select(Var, Atom, Atom, Atom),
 }
 
 /// The tags of the code a lambda belongs to, read off its parameter pattern.
@@ -168,6 +175,42 @@ impl Rev<'_> {
         Ok(())
     }
 
+    /// The reverse phase of `x = (if c a b)` with atoms for branches: `s`, the sensitivity of
+    /// `x`, goes to the atom `c` chose, a lazy zero to the other (what the backpropagator of
+    /// a branch thunk gives, `widened_branch`): `a += (if c s 0)`, `b += (if c 0 s)`, and
+    /// `a += s` where both are one variable.
+    fn distribute_select(
+        &mut self,
+        s: ExprId,
+        c: &Atom,
+        a: &Atom,
+        b: &Atom,
+    ) -> Result<(), TransformError> {
+        if let (Atom::Var(x), Atom::Var(y)) = (a, b) {
+            if x == y {
+                return self.accumulate(*x, s);
+            }
+        }
+        // The sensitivity in a variable of its own: it is read by both conditionals.
+        let sv = self.arena.temp("select-bar", self.ts);
+        self.lets.push((Pattern::Var(sv), s));
+        for (atom, chosen_first) in [(a, true), (b, false)] {
+            let Atom::Var(v) = atom else { continue };
+            if !self.tracked.contains(v) {
+                continue;
+            }
+            let ce = self.arena.atom_reverse(c)?;
+            let se = self.arena.mk(Expr::Var(sv));
+            let vr = self.arena.mk(Expr::Var(tagged(*v, Tag::Reverse)?));
+            let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
+            let zero = self.arena.mk(Expr::App(z, vr, Span::NONE));
+            let (th, el) = if chosen_first { (se, zero) } else { (zero, se) };
+            let e = self.arena.mk(Expr::If(ce, th, el));
+            self.accumulate(*v, e)?;
+        }
+        Ok(())
+    }
+
     /// Destructures `s`, the sensitivity of a closure of `lam` over `free`, and accumulates each
     /// part. The sensitivity is a list tagged like the closure (its parameter's tags), plus the
     /// sensitivity tag.
@@ -274,6 +317,11 @@ impl Arena {
         Ok(self.mk(Expr::Let(Rc::new(pat), call, out, Span::NONE)))
     }
 
+    /// Whether `e` is an atom of A-normal form: a variable or a constant.
+    fn is_atom(&self, e: ExprId) -> bool {
+        matches!(self.get(e), Expr::Var(_) | Expr::Const(..))
+    }
+
     fn temp(&mut self, name: &str, tags: Tags) -> Var {
         let v = self.fresh_var(name);
         Var { id: v.id, tags }
@@ -320,6 +368,14 @@ impl Arena {
                 let a = self.anf(x, t, out);
                 out.push(Bind::Match(p, a, sp));
                 self.anf(body, t, out)
+            }
+            Expr::If(c, a, b) if self.is_atom(a) && self.is_atom(b) => {
+                let c = self.anf(c, t, out);
+                let a = self.anf(a, t, out);
+                let b = self.anf(b, t, out);
+                let x = self.temp("select", t);
+                out.push(Bind::Select(x, c, a, b));
+                Atom::Var(x)
             }
             Expr::If(c, a, b) => {
                 let c = self.anf(c, t, out);
@@ -425,6 +481,20 @@ impl Arena {
                     );
                     wraps.push(Wrap::Let(pat, e, Span::NONE));
                 }
+                Bind::Select(x, c, a, b) => {
+                    tracked.insert(*x);
+                    let (ce, ae, be) = (
+                        self.atom_reverse(c)?,
+                        self.atom_reverse(a)?,
+                        self.atom_reverse(b)?,
+                    );
+                    let e = self.mk(Expr::If(ce, ae, be));
+                    wraps.push(Wrap::Let(
+                        Pattern::Var(tagged(*x, Tag::Reverse)?),
+                        e,
+                        Span::NONE,
+                    ));
+                }
                 Bind::Letrec(bs) => {
                     let ns: Vec<Var> = bs.iter().map(|(v, _)| *v).collect();
                     tracked.extend(ns.iter().copied());
@@ -511,6 +581,12 @@ impl Arena {
                     }
                     let s = rev.current(*x)?;
                     rev.distribute_branch(s, bp, *la, *lb, conv_s)?;
+                }
+                Bind::Select(x, c, a, b) => {
+                    if rev.assigned.contains_key(x) {
+                        let s = rev.current(*x)?;
+                        rev.distribute_select(s, c, a, b)?;
+                    }
                 }
                 Bind::Letrec(bs) => {
                     let gfree = rev.arena.group_free(bs);
