@@ -196,6 +196,7 @@ const SPECIALISED: &[&str] = &[
     "tests/array/forward.vlad",
     "tests/array/reverse.vlad",
     "tests/array/reverse-tape.vlad",
+    "tests/array/reverse-select.vlad",
     "examples/array-calculus.vlad",
     "examples/bundle-adjustment.vlad",
     "examples/even-odd.vlad",

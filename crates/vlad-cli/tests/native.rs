@@ -50,6 +50,7 @@ const NATIVE: &[&str] = &[
     "tests/array/forward.vlad",
     "tests/array/reverse.vlad",
     "tests/array/reverse-tape.vlad",
+    "tests/array/reverse-select.vlad",
     "tests/conformance/errors.vlad",
     "tests/conformance/io.vlad",
     "tests/conformance/patterns.vlad",
@@ -1371,8 +1372,8 @@ fn compiled_errors_match_the_evaluator() {
              (let (((cons x (cons y rest)) (xs (real 2)))) (get x y))\n",
         ),
         // Reverse-mode arrays: the backpropagator of a `build` given a sensitivity that is
-        // not an array; a lazy one-hot sensitivity added to an array of another length, and
-        // to a value that is not an array.
+        // not an array; a lazy one-hot sensitivity added to an array of another length (either
+        // operand first), and to a value that is not an array.
         (
             "reverse-build.vlad",
             "(let (((cons y bp) ((*j (lambda (v) (build 2 (lambda (i) (* 2 (get v i))))))\n\
@@ -1383,6 +1384,11 @@ fn compiled_errors_match_the_evaluator() {
             "onehot-lengths.vlad",
             "(let (((cons y bp) ((*j (lambda (v) (get v 0))) (*j (build (real 2) (lambda (i) i))))))\n\
                (plus (bp (sensitize 1)) (sensitize (cons '() (build (real 3) (lambda (i) i))))))\n",
+        ),
+        (
+            "onehot-lengths-array-first.vlad",
+            "(let (((cons y bp) ((*j (lambda (v) (get v 0))) (*j (build (real 2) (lambda (i) i))))))\n\
+               (plus (sensitize (cons '() (build (real 3) (lambda (i) i)))) (bp (sensitize 1))))\n",
         ),
         (
             "onehot-shape.vlad",
