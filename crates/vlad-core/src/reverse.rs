@@ -118,9 +118,7 @@ impl Rev<'_> {
             let vb = *vb;
             return Ok(self.arena.mk(Expr::Var(vb)));
         }
-        let vr = self.arena.mk(Expr::Var(tagged(v, Tag::Reverse)?));
-        let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
-        Ok(self.arena.mk(Expr::App(z, vr, Span::NONE)))
+        self.arena.lazy_zero(v)
     }
 
     /// The sensitivity of a value that was destructured by pattern `p`.
@@ -201,9 +199,7 @@ impl Rev<'_> {
             }
             let ce = self.arena.atom_reverse(c)?;
             let se = self.arena.mk(Expr::Var(sv));
-            let vr = self.arena.mk(Expr::Var(tagged(*v, Tag::Reverse)?));
-            let z = self.arena.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
-            let zero = self.arena.mk(Expr::App(z, vr, Span::NONE));
+            let zero = self.arena.lazy_zero(*v)?;
             let (th, el) = if chosen_first { (se, zero) } else { (zero, se) };
             let e = self.arena.mk(Expr::If(ce, th, el));
             self.accumulate(*v, e)?;
@@ -288,11 +284,7 @@ impl Arena {
         for u in union.iter().rev() {
             let item = match free.iter().position(|f| f == u) {
                 Some(k) => self.mk(Expr::Var(parts[k])),
-                None => {
-                    let ur = self.mk(Expr::Var(tagged(*u, Tag::Reverse)?));
-                    let z = self.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
-                    self.mk(Expr::App(z, ur, Span::NONE))
-                }
+                None => self.lazy_zero(*u)?,
             };
             widened = self.mk(Expr::Cons(ts, item, widened));
         }
@@ -315,6 +307,13 @@ impl Arena {
             Rc::new(Pattern::Var(bp)),
         );
         Ok(self.mk(Expr::Let(Rc::new(pat), call, out, Span::NONE)))
+    }
+
+    /// `(%zero-sensitivity v~)`: the lazy zero sensitivity shaped like `v`'s reverse value.
+    fn lazy_zero(&mut self, v: Var) -> Result<ExprId, TransformError> {
+        let vr = self.mk(Expr::Var(tagged(v, Tag::Reverse)?));
+        let z = self.mk(Expr::Prim(Prim::ZeroSensR, Tags::EMPTY));
+        Ok(self.mk(Expr::App(z, vr, Span::NONE)))
     }
 
     /// Whether `e` is an atom of A-normal form: a variable or a constant.
