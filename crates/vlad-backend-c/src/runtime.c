@@ -597,15 +597,23 @@ static void vl_fail_two(int site, const char *prim, V a, V b) {
   vl_fail_at(site, m.p);
 }
 /* The errors of `build`, `ifold` and `get` (vlad-eval/src/array.rs). */
-static void vl_check_count(int site, const char *op, const char *what, double r) {
-  if (vl_is_natural(r) && r < 9007199254740992.0) return;
+static VL_COLD void vl_check_count_fail(int site, const char *op, const char *what, double r) {
   char num[64], m[200];
   vl_format_real(r, num);
   if (vl_is_natural(r)) snprintf(m, sizeof m, "%s: the %s %s is too large", op, what, num);
   else snprintf(m, sizeof m, "%s: the %s must be a non-negative integer, got %s", op, what, num);
   vl_fail_at(site, m);
 }
-static int vl_count_ok(double r) { return vl_is_natural(r) && r < 9007199254740992.0; }
+/* A count: a natural number below 2^53 (vl_is_natural's first case, which needs no floor). */
+static inline int vl_count_ok(double r) {
+  return r >= 0.0 && r < 9007199254740992.0 && (double)(long)r == r;
+}
+/* Inline, with the message apart: a loop's count is checked each time the loop starts, and an
+   inner loop starts once per step of the outer one. */
+static inline __attribute__((always_inline)) void vl_check_count(int site, const char *op, const char *what, double r) {
+  if (__builtin_expect(vl_count_ok(r), 1)) return;
+  vl_check_count_fail(site, op, what, r);
+}
 /* vl_check_count of a count that is a forward value: the message describes it whole. */
 static void vl_count_fail(int site, const char *op, const char *what, double r, V v) {
   vl_buf m = {0, 0, 0};
