@@ -11,7 +11,8 @@
 # 1 if any fails.  crates/vlad-cli/tests/array_ad.rs checks (a), and the evaluator against C
 # at the small sizes, in `cargo test`.
 #
-# Usage: benches/array-ad/validate.sh        (VLAD: the vlad binary, default target/release/vlad)
+# Usage: benches/array-ad/validate.sh        (VLAD: the vlad binary, default target/release/vlad;
+#                                             PROGRAMS: some of them, default all)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../.."
@@ -21,7 +22,7 @@ trap 'rm -rf "$WORK"' EXIT
 export VLAD_CACHE_DIR=$WORK/cache
 MEM_MB=${MEM_MB:-8000}
 FAILED=0
-PROGRAMS="lse micro llsq logreg kmeans gmm ba"
+PROGRAMS=${PROGRAMS:-"lse micro llsq logreg kmeans gmm ba"}
 
 fail() { echo "FAILED: $*"; FAILED=1; }
 agree() {
@@ -41,6 +42,9 @@ out() {
   if [ "$st" = ok ]; then tr -d '()' <"$WORK/o"; else echo "ERROR $st $(head -3 "$WORK/o.err" | tr '\n' ' ')"; fi
 }
 
+# chosen P: whether PROGRAMS names P
+chosen() { [[ " $PROGRAMS " == *" $1 "* ]]; }
+
 for p in $PROGRAMS; do
   cc -O3 -march=native -ffp-contract=off -o "$WORK/$p.c.exe" "$HERE/c/$p.c" -lm || fail "cc c/$p.c"
   "$VLAD" compile "$HERE/$p.vlad" -o "$WORK/$p.exe" || fail "vlad compile $p.vlad"
@@ -50,6 +54,7 @@ echo "(a) hand-written derivatives against central differences"
 for input in "lse:50" "micro:1 30" "llsq:30 5" "logreg:50 4" "kmeans:40 5 3" "gmm:3 4 20" "gmm:5 3 10" \
              "ba:3 5"; do
   p=${input%%:*}
+  chosen "$p" || continue
   if ! echo "${input#*:} 9 0" | "$WORK/$p.c.exe"; then fail "$p ${input#*:}: finite differences"; fi
 done
 
@@ -67,6 +72,7 @@ for c in "lse:10000:1 2 3 5" "lse:300:4" "micro:1 1000:1 2 3 4 5" "micro:2 1000:
          "micro:3 300:1 2 3 4 5" "micro:4 300:1 2 3 4 5" "llsq:1000 100:1 2 3" "logreg:1000 5:1 2 3 4" "logreg:200 5:5" \
          "kmeans:1000 16 8:1 2" "kmeans:100 16 8:3" "gmm:5 10 200:1 2" "ba:5 50:1 2 3"; do
   IFS=: read -r p args modes <<<"$c"
+  chosen "$p" || continue
   for m in $modes; do
     compare "$p $args mode $m (native, C)" "$(out "$args $m 2" "$WORK/$p.exe")" "$(out "$args $m 2" "$WORK/$p.c.exe")"
   done
@@ -77,6 +83,7 @@ for c in "lse:20:1 2 3 4 5" "micro:1 7:1 2 3 4 5" "micro:2 7:1 2 3 4 5" "micro:3
          "micro:4 7:1 2 3 4 5" "llsq:12 4:1 2 3" "logreg:15 3:1 2 3 4 5" "kmeans:12 3 2:1 2 3" \
          "gmm:3 4 10:1 2" "ba:2 3:1 2 3"; do
   IFS=: read -r p args modes <<<"$c"
+  chosen "$p" || continue
   for m in $modes; do
     compare "$p $args mode $m (native, evaluator)" "$(out "$args $m 2" "$WORK/$p.exe")" \
       "$(out "$args $m 2" "$VLAD" run --interp "$HERE/$p.vlad")"
