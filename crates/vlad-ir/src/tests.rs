@@ -1047,6 +1047,85 @@ fn what_only_one_branch_reads_is_computed_in_that_branch() {
     assert!(at("} else {") < at("fmul x, 2.0"), "{text}");
 }
 
+/// `f0(a: array(array(f64))) -> f64`: an unused matrix built from `a` (a `build` whose
+/// elements are `build`s: the dense sensitivity of an array of arrays that a gradient drops),
+/// an unused new array, and a use of `a`'s length that stays.
+#[test]
+fn unused_builds_of_builds_and_new_arrays_are_dead_code() {
+    let row_ty = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::Array(layout(std::slice::from_ref(&row_ty))), "a".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let m = b.var(Ty::Array(layout(std::slice::from_ref(&row_ty))), "m");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let row = b.let1(
+        row_ty.clone(),
+        "row",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::Var(i),
+            slot: 0,
+        },
+    );
+    let k = b.let1(Ty::I64, "k", Op::Length(Operand::Var(row)));
+    let inner = b.var(row_ty.clone(), "r");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Load {
+            array: Operand::Var(row),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FMul, Operand::Var(x), Operand::F64(2.0)),
+    );
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: inner,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(k),
+        index: j,
+        body,
+        elem: vec![Operand::Var(y)],
+    });
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: m,
+        layout: layout(std::slice::from_ref(&row_ty)),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(inner)],
+    });
+    b.let1(
+        row_ty.clone(),
+        "z",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::Var(n),
+        },
+    );
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(n)));
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    let mut p = program(vec![b.finish(spec(0), vec![a], layout(&[Ty::F64]))]);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(
+        !text.contains("build") && !text.contains("new array"),
+        "{text}"
+    );
+    assert!(text.contains("length a"), "{text}");
+}
+
 #[test]
 fn a_function_whose_only_call_was_inlined_is_left_a_stub() {
     let mut p = fold_of_gets();

@@ -837,9 +837,9 @@ fn sink(block: &mut Block, uses: &HashMap<Var, usize>) {
     }
 }
 
-/// Removes the definitions of unused variables by operations without effects, and the
-/// `build`s and `ifold`s whose results are unused and whose steps only compute, until none is
-/// left.
+/// Removes the definitions of unused variables by operations without effects or that only
+/// allocate, and the `build`s and `ifold`s whose results are unused and whose steps only
+/// compute and allocate, until none is left.
 pub fn dead_code(body: &mut Block) {
     loop {
         let mut used = HashMap::new();
@@ -871,14 +871,16 @@ pub fn dead_code(body: &mut Block) {
                 removed = true;
                 vec![]
             }
-            Stmt::Build { array: v, body, .. }
-                if !used.contains_key(v) && super::fuse::pure(body) =>
-            {
+            Stmt::Let(vs, op) if allocates_only(op) && vs.iter().all(|v| !used.contains_key(v)) => {
+                removed = true;
+                vec![]
+            }
+            Stmt::Build { array: v, body, .. } if !used.contains_key(v) && removable(body) => {
                 removed = true;
                 vec![]
             }
             Stmt::Ifold { accs, body, .. }
-                if accs.iter().all(|v| !used.contains_key(v)) && super::fuse::pure(body) =>
+                if accs.iter().all(|v| !used.contains_key(v)) && removable(body) =>
             {
                 removed = true;
                 vec![]
@@ -889,6 +891,29 @@ pub fn dead_code(body: &mut Block) {
             return;
         }
     }
+}
+
+/// An operation whose only effect is to allocate a new array (its slots written by nothing
+/// else yet): unused, it can go.
+fn allocates_only(op: &Op) -> bool {
+    matches!(op, Op::NewArray { .. } | Op::ArrayOf { .. })
+}
+
+/// A block that only computes and allocates (`fuse::pure`, and the arrays of nested `build`s
+/// and new arrays): if what it defines is unused, the whole can go. A `build` whose elements
+/// are themselves built (a matrix, the sensitivity of an array of arrays) is such a block,
+/// which `fuse::pure` refuses because copying it into its readers would copy allocations.
+fn removable(block: &[Stmt]) -> bool {
+    block.iter().all(|s| match s {
+        Stmt::Let(_, op) => is_pure(op) || allocates_only(op),
+        Stmt::Declare(_) | Stmt::Set(..) | Stmt::Site(_) => true,
+        Stmt::If { .. }
+        | Stmt::Ifold { .. }
+        | Stmt::For { .. }
+        | Stmt::Switch { .. }
+        | Stmt::Build { .. } => children(s).into_iter().all(|b| removable(b)),
+        _ => false,
+    })
 }
 
 /// An operation that only computes its results: neither fails, allocates, writes nor reads
