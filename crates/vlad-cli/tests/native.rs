@@ -880,6 +880,76 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
     }
 }
 
+/// Gradient descent on a matrix: each step takes a reverse-mode gradient (whose sweeps add
+/// into arrays in place) and builds the next matrix from it. The sweeps are `ifold`s inside the
+/// descent's step, and their tapes arrays the step makes and stores into: the descent loop
+/// collects what it carries all the same (`passes::carry`), so 300 steps of a 100 x 100 matrix
+/// stay within two 16 MB chunks (they grew the arena by 500 MB, every step's tapes, when an
+/// in-place addition or a store of a pointer anywhere in the step kept the loop from
+/// collecting), and it prints what the evaluator prints, collecting often or not.
+#[test]
+fn gradient_descent_on_a_matrix_runs_in_constant_memory() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "descent-matrix.vlad",
+        "(include \"array\")\n\
+         (include \"ad\")\n\
+         (let* ((n (read-real)) (steps (read-real))\n\
+                (t (build n (lambda (i) (build n (lambda (j) (sin (+ (* n i) j)))))))\n\
+                ;; sum_ij (m_ij - t_ij)^2 + sum_i (sum_j m_ij)^2 / 100\n\
+                (f (lambda (m)\n\
+                     (+ (ifold (lambda (s i)\n\
+                                 (let ((row (get m i)) (ti (get t i)))\n\
+                                   (+ s (ifold (lambda (s j) (let ((e (- (get row j) (get ti j)))) (+ s (* e e)))) 0 n))))\n\
+                               0 n)\n\
+                        (/ (ifold (lambda (s i) (let ((r (vector-sum (get m i)))) (+ s (* r r)))) 0 n) 100))))\n\
+                (m (ifold (lambda (m k)\n\
+                            (let ((g ((grad-R f) m)))\n\
+                              (build n (lambda (i) (build n (lambda (j) (- (get (get m i) j) (/ (get (get g i) j) 4))))))))\n\
+                          (build n (lambda (i) (build n (lambda (j) 0))))\n\
+                          steps)))\n\
+           (list (f m) (matrix-sum m)))\n",
+    );
+    let small = "6 5\n";
+    let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], small);
+    let eval = vlad_with_input(&root, cache.path(), &[], &["run", "--interp", &file], small);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(
+        native.status.success() && !stderr.contains("not compiled"),
+        "{stderr}"
+    );
+    let (n, e) = (
+        String::from_utf8_lossy(&native.stdout),
+        String::from_utf8_lossy(&eval.stdout),
+    );
+    assert!(same_output(&n, &e), "native {n} evaluator {e}");
+    let often = vlad_with_input(
+        &root,
+        cache.path(),
+        &[COLLECT_OFTEN],
+        &["run", &file],
+        small,
+    );
+    let stderr = String::from_utf8_lossy(&often.stderr);
+    let (_, collections) =
+        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    assert!(collections > 0, "no collection: {stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&often.stdout),
+        n,
+        "collecting often"
+    );
+    let big = vlad_with_input(&root, cache.path(), &[], &["run", &file], "100 300\n");
+    let stderr = String::from_utf8_lossy(&big.stderr);
+    assert!(big.status.success(), "{stderr}");
+    let (chunks, _) =
+        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    assert!(chunks <= 2, "{chunks} arena chunks: {stderr}");
+}
+
 /// Reverse mode through `build` and `ifold` keeps one backpropagator per element in an array
 /// (a tape) and adds what each gives into a dense sensitivity in place, so that the gradient of
 /// a sum over n elements takes memory linear in n with a small constant: 200,000 elements in at

@@ -551,23 +551,40 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
             // variant it is).
             return vec![s];
         }
-        // A step that stores a pointer into an array (the tape of `%ifold-tape`) may keep in it
-        // what the step allocated: nothing may be released. One that accumulates in place must
-        // not move its accumulator. (Stores of numbers, such as those of a small `build`
-        // unrolled by `scalars`, keep nothing.)
+        // A step that stores a pointer into an array made before it (the tape of the
+        // `%ifold-tape` that is this loop) may keep in it what the step allocated: nothing may
+        // be released. Stores into an array the step made (the tape of an `ifold` nested in
+        // it: a gradient taken at each step) keep nothing the collection does not copy with
+        // that array, and stores of numbers (a small `build` unrolled by `scalars`) nothing at
+        // all. A step that adds into the loop's accumulator in place, or calls a function that
+        // does (`marks::accumulating`), must not move it; an `ifold` nested in the step that
+        // does so adds into arrays it made itself, which the step may move once that loop has
+        // run.
+        let mut fresh = HashSet::new();
+        walk(body, &mut |x| match x {
+            Stmt::Let(vs, Op::NewArray { .. } | Op::ArrayOf { .. }) => fresh.extend(vs),
+            Stmt::Build { array, .. } => {
+                fresh.insert(*array);
+            }
+            _ => {}
+        });
         let mut keep = false;
         walk(body, &mut |x| {
             keep |= match x {
+                Stmt::Store { array, .. } if array.var().is_some_and(|a| fresh.contains(&a)) => {
+                    false
+                }
                 Stmt::Store { value, .. } => match value {
                     Operand::Var(v) => vars[v.0 as usize].ty.holds_pointer(),
                     Operand::Global(_) | Operand::Null => true,
                     _ => false,
                 },
-                Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)) => true,
                 _ => false,
             }
         });
-        if keep || callees(body).iter().any(|c| accumulating.contains(c)) {
+        let (mut calls, mut adds) = (Vec::new(), false);
+        super::marks::outside_ifolds(body, &mut calls, &mut adds);
+        if keep || adds || calls.iter().any(|c| accumulating.contains(c)) {
             return vec![s];
         }
         let copy = carried.iter().all(|&j| tys[j].is_pointer_free_array());

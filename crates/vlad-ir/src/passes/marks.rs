@@ -46,28 +46,12 @@ pub fn setting_globals(p: &Program) -> HashSet<FuncId> {
 /// theirs: a loop whose step takes a gradient (gradient descent) releases what each step
 /// allocated like any other loop.
 pub fn accumulating(p: &Program) -> HashSet<FuncId> {
-    fn calls_outside_ifolds(block: &[Stmt], out: &mut Vec<FuncId>) {
-        for s in block {
-            match s {
-                Stmt::Ifold { .. } => continue,
-                Stmt::Let(_, Op::Call { func, guard, .. }) => {
-                    out.push(*func);
-                    out.extend(*guard);
-                }
-                Stmt::TailCall { func, .. } => out.push(*func),
-                _ => {}
-            }
-            for b in children(s) {
-                calls_outside_ifolds(b, out);
-            }
-        }
-    }
     let calls: Vec<Vec<FuncId>> = p
         .funcs
         .iter()
         .map(|f| {
-            let mut out = Vec::new();
-            calls_outside_ifolds(&f.body, &mut out);
+            let (mut out, mut adds) = (Vec::new(), false);
+            outside_ifolds(&f.body, &mut out, &mut adds);
             out
         })
         .collect();
@@ -78,6 +62,26 @@ pub fn accumulating(p: &Program) -> HashSet<FuncId> {
         });
         yes
     })
+}
+
+/// The calls a block makes, and whether it adds into an array in place (`vl_acc_owned`),
+/// outside the steps of the `ifold`s in it.
+pub fn outside_ifolds(block: &[Stmt], calls: &mut Vec<FuncId>, adds: &mut bool) {
+    for s in block {
+        match s {
+            Stmt::Ifold { .. } => continue,
+            Stmt::Let(_, Op::Call { func, guard, .. }) => {
+                calls.push(*func);
+                calls.extend(*guard);
+            }
+            Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, _)) => *adds = true,
+            Stmt::TailCall { func, .. } => calls.push(*func),
+            _ => {}
+        }
+        for b in children(s) {
+            outside_ifolds(b, calls, adds);
+        }
+    }
 }
 
 /// The functions for which `own` holds, and those that call one of them.
