@@ -187,6 +187,7 @@ fn specialised_program_agrees_with_the_evaluator() {
 
 /// Files outside tests/conformance that run through the specialised program.
 const SPECIALISED: &[&str] = &[
+    "tests/ad/checkpoint.vlad",
     "tests/ad/forward.vlad",
     "tests/ad/property.vlad",
     "tests/ad/reverse.vlad",

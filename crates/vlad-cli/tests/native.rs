@@ -41,6 +41,7 @@ const NATIVE: &[&str] = &[
     "examples/secant.vlad",
     "examples/streams.vlad",
     "examples/tour.vlad",
+    "tests/ad/checkpoint.vlad",
     "tests/ad/forward.vlad",
     "tests/ad/property.vlad",
     "tests/ad/reverse.vlad",
@@ -880,6 +881,61 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
     }
 }
 
+/// A reverse sweep through a loop whose steps are checkpointed (`checkpoint`: the sweep runs
+/// each step again, making its tape then) keeps one step's tape, not every step's: the loop
+/// over 2,000 points, each a loop over 1,000 entries, stays within two 16 MB chunks (eight
+/// when the sweep, which adds into its accumulator in place, was never collected; six without
+/// the checkpoints), and prints what it prints without them and what the evaluator prints.
+#[test]
+fn a_reverse_sweep_through_checkpointed_steps_keeps_one_steps_tape() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "checkpointed.vlad",
+        "(include \"array\")\n\
+         ;; the gradient of sum_i (sum_k x_k sin(i + k))^2 over n points, each point's term\n\
+         ;; checkpointed (mode 1) or not (mode 0)\n\
+         (let* ((m (read-real)) (n (read-real)) (mode (read-real))\n\
+                (point (lambda (x i) (let ((s (ifold (lambda (s k) (+ s (* (get x k) (sin (+ i k))))) 0 m))) (* s s))))\n\
+                (f (lambda (x) (ifold (lambda (t i) (+ t (if (= mode 1) (checkpoint (lambda (j) (point x j)) i) (point x i)))) 0 n)))\n\
+                (g ((grad-R f) (build m (lambda (k) (cos k))))))\n\
+           (list (vector-sum g) (get g (- m 1))))\n",
+    );
+    let run = |input: &str, env: &[(&str, &str)], interp: bool| {
+        let args: &[&str] = if interp {
+            &["run", "--interp", &file]
+        } else {
+            &["run", &file]
+        };
+        let o = vlad_with_input(&root, cache.path(), env, args, input);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            o.status.success() && !stderr.contains("not compiled"),
+            "{input}: {stderr}"
+        );
+        (String::from_utf8_lossy(&o.stdout).into_owned(), stderr)
+    };
+    let (plain, _) = run("5 4 0\n", &[], false);
+    let (checkpointed, _) = run("5 4 1\n", &[], false);
+    let (eval, _) = run("5 4 1\n", &[], true);
+    assert_eq!(checkpointed, plain, "with and without checkpoints");
+    assert!(
+        same_output(&checkpointed, &eval),
+        "native {checkpointed} evaluator {eval}"
+    );
+    let (often, stderr) = run("5 4 1\n", &[COLLECT_OFTEN], false);
+    let (_, collections) =
+        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    assert!(collections > 0, "no collection: {stderr}");
+    assert_eq!(often, checkpointed, "collecting often");
+    let (_, stderr) = run("1000 2000 1\n", &[], false);
+    let (chunks, _) =
+        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    assert!(chunks <= 2, "{chunks} arena chunks: {stderr}");
+}
+
 /// Gradient descent on a matrix: each step takes a reverse-mode gradient (whose sweeps add
 /// into arrays in place) and builds the next matrix from it. The sweeps are `ifold`s inside the
 /// descent's step, and their tapes arrays the step makes and stores into: the descent loop
@@ -1464,6 +1520,17 @@ fn compiled_errors_match_the_evaluator() {
             "onehot-shape.vlad",
             "(let (((cons y bp) ((*j (lambda (v) (get v 0))) (*j (build (real 2) (lambda (i) i))))))\n\
                (plus (bp (sensitize 1)) (sensitize (cons '() 5))))\n",
+        ),
+        // `checkpoint` of something that is not a procedure and its argument, or of a
+        // procedure and an argument that is not a procedure.
+        (
+            "checkpoint-arity.vlad",
+            "(define (cube x) (* x (* x x)))\n(checkpoint cube (real 2))\n(checkpoint cube)\n",
+        ),
+        ("checkpoint-real.vlad", "(checkpoint (real 3))\n"),
+        (
+            "checkpoint-not-procedure.vlad",
+            "(checkpoint (real 3) (real 4))\n",
         ),
         // `plus` and `bundle` of booleans of different values, known only at run time (issue
         // 23: native code printed #t), inside lists and sensitivities too.

@@ -64,6 +64,9 @@ prims! {
     Plus => "plus",
     StarJ => "*j",
     StarJInverse => "*j-inverse",
+    // `(checkpoint f x)` is `(f x)`; reverse mode recomputes it in the backward sweep instead
+    // of keeping its tape (docs/ad.md, "Checkpointing").
+    Checkpoint => "checkpoint",
     // Arrays (paper 002).
     Build => "build",
     Ifold => "ifold",
@@ -201,13 +204,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn there_are_47_primitives_with_unique_names() {
+    fn there_are_48_primitives_with_unique_names() {
         let visible: Vec<Prim> = Prim::ALL
             .iter()
             .copied()
             .filter(|p| !p.is_internal())
             .collect();
-        assert_eq!(visible.len(), 47);
+        assert_eq!(visible.len(), 48);
         for p in visible {
             assert_eq!(Prim::from_name(p.name()), Some(p));
         }

@@ -127,6 +127,15 @@ impl Evaluator {
                 let chosen = if c.is_true() { t.clone() } else { f.clone() };
                 return Ok(Outcome::TailCall(chosen, Value::Nil));
             }
+            Prim::Checkpoint => {
+                let Some((f, x)) = two(&arg) else {
+                    return Err(e(format!(
+                        "`checkpoint` takes a procedure and its argument, got {}",
+                        arg.describe()
+                    )));
+                };
+                return Ok(Outcome::TailCall(f.clone(), x.clone()));
+            }
             Prim::ReadReal => {
                 if !matches!(arg, Value::Nil) {
                     return Err(e(format!(

@@ -172,6 +172,8 @@ pub enum Target {
     Prim(Prim),
     /// `if-procedure`: the calls of the two thunks.
     IfProc(Box<Target>, Box<Target>),
+    /// `checkpoint`: the call of the procedure on the argument.
+    Checkpoint(Box<Target>),
     /// `build`: the call of the element procedure.
     Build(Box<Target>),
     /// The forward version of `build` (paper 002's D-Build), run as a loop instead of its
@@ -867,7 +869,7 @@ impl<'a> Analysis<'a> {
     /// targets of the procedures they call).
     fn prim_t(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
         match p {
-            Prim::IfProcedure | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
+            Prim::IfProcedure | Prim::Checkpoint | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
                 let a = self.force_shallow(a)?;
                 self.higher_order(p, &a)
             }
@@ -875,8 +877,8 @@ impl<'a> Analysis<'a> {
         }
     }
 
-    /// `if-procedure`, `build` and `ifold` (untransformed): the procedures they call are
-    /// resolved like any call.
+    /// `if-procedure`, `checkpoint`, `build` and `ifold` (untransformed): the procedures they
+    /// call are resolved like any call.
     fn higher_order(&mut self, p: Prim, a: &Av) -> R<(Av, Target)> {
         let is_real = |a: &Av| matches!(a, Av::Real(_) | Av::Dyn(_));
         // A malformed call: an error at run time, which the executor raises in the same place.
@@ -886,6 +888,7 @@ impl<'a> Analysis<'a> {
                 Prim::IfProcedure => {
                     Target::IfProc(Box::new(Target::Unreachable), Box::new(Target::Unreachable))
                 }
+                Prim::Checkpoint => Target::Checkpoint(Box::new(Target::Unreachable)),
                 Prim::Build => Target::Build(Box::new(Target::Unreachable)),
                 Prim::IfoldTape => Target::IfoldTape(Box::new(Target::Unreachable)),
                 _ => Target::Ifold(Box::new(Target::Unreachable)),
@@ -914,6 +917,13 @@ impl<'a> Analysis<'a> {
                     x.join(&y, &mut self.boxes),
                     Target::IfProc(Box::new(tt), Box::new(te)),
                 )
+            }
+            Prim::Checkpoint => {
+                let Some((f, x)) = two(a) else {
+                    return Ok(none);
+                };
+                let (y, t) = self.apply_t(&f, &x)?;
+                (y, Target::Checkpoint(Box::new(t)))
             }
             Prim::Build => {
                 let Some((n, f)) = two(a) else {
@@ -1060,7 +1070,7 @@ impl<'a> Analysis<'a> {
                     }))
                 }
             },
-            Prim::IfProcedure | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
+            Prim::IfProcedure | Prim::Checkpoint | Prim::Build | Prim::Ifold | Prim::IfoldTape => {
                 self.higher_order(p, a)?.0
             }
             Prim::ReadReal => match a {

@@ -180,6 +180,7 @@ fn show_target(t: &Target) -> String {
         Target::Direct(k) => format!("f{k}"),
         Target::Prim(p) => format!("prim:{}", p.name()),
         Target::IfProc(a, b) => format!("if-procedure[{}]", list(&[a, b])),
+        Target::Checkpoint(t) => format!("checkpoint[{}]", show_target(t)),
         Target::Build(t) => format!("build[{}]", show_target(t)),
         Target::ForwardBuild(t) => format!("forward-build[{}]", show_target(t)),
         Target::Ifold(t) => format!("ifold[{}]", show_target(t)),

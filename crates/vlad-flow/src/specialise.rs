@@ -170,7 +170,8 @@ impl Target {
                 a.keys(out);
                 b.keys(out);
             }
-            Target::Build(t)
+            Target::Checkpoint(t)
+            | Target::Build(t)
             | Target::ForwardBuild(t)
             | Target::Ifold(t)
             | Target::ForwardIfold(t)

@@ -1122,6 +1122,41 @@ impl Lowerer<'_, '_> {
                     s.apply(t, thunk.clone(), Val::known(Av::Nil), out, site)
                 })
             }
+            Target::Checkpoint(t) => {
+                let a = self.force(a)?;
+                let Av::Pair(_, f, x) = &a.av else {
+                    // Not a procedure and its argument (the analysis found no call): the
+                    // evaluator's error, which describes a procedure without boxing it.
+                    let head = "`checkpoint` takes a procedure and its argument, got ";
+                    if matches!(a.av, Av::Closure(..) | Av::Prim(_)) {
+                        let m = format!("{head}a procedure");
+                        self.rt_effect(
+                            Rt::FailAt,
+                            vec![Operand::I64(site), Operand::Str(m.into())],
+                        );
+                    } else {
+                        let b = self.boxed_val(&a)?;
+                        let args = vec![
+                            Operand::I64(site),
+                            Operand::Str(head.into()),
+                            b,
+                            Operand::Str("".into()),
+                        ];
+                        self.rt_effect(Rt::FailValue, args);
+                    }
+                    return Ok(Val::known(Av::Bottom));
+                };
+                let parts = self.split(&[f, x], &a.leaves)?;
+                let fv = Val {
+                    av: (**f).clone(),
+                    leaves: parts[0].clone(),
+                };
+                let xv = Val {
+                    av: (**x).clone(),
+                    leaves: parts[1].clone(),
+                };
+                self.apply(t, fv, xv, out, site)
+            }
             Target::Build(t) => self.build(t, a, out, site),
             Target::ForwardBuild(t) => self.forward_build(t, a, out, site),
             Target::Ifold(t) => self.ifold(t, a, out, site),

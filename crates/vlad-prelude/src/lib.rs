@@ -36,6 +36,8 @@ const FORWARD_STRUCTURAL: &str = r#"
 (define %onehot-sensitivity (lambda ((%forward-cons a (%forward-cons k s))) (let ((j (primal k)))
   (bundle (%onehot-sensitivity (primal a) j (primal s))
           (perturb (%onehot-sensitivity (unperturb (tangent a)) j (unperturb (tangent s))))))))
+;; The call stays a `checkpoint`, so that reverse mode over forward mode still recomputes it.
+(define checkpoint (lambda ((%forward-cons f x)) (checkpoint f x)))
 (define %ifold-tape (lambda ((%forward-cons f (%forward-cons init n)))
   (let* (((cons acc outs)
           (%ifold-tape (lambda (acc i)
@@ -121,6 +123,11 @@ const REVERSE_STRUCTURAL: &str = r#"
         (lambda (ss) (%sensitivity-cons (sensitize '())
                        (%sensitivity-cons (%zero-sensitivity a)
                          (%sensitivity-cons (%zero-sensitivity k) (get ss j)))))))))
+;; The result computed by the primal procedure, keeping no tape; the backpropagator runs the
+;; reverse procedure again (its tape made then, and dropped once swept).
+(define checkpoint (lambda ((%reverse-cons f x))
+  (cons (*j (checkpoint (*j-inverse f) (*j-inverse x)))
+        (lambda (sy) (let (((cons y bp) (f x))) (%sensitivity-cons (sensitize '()) (bp sy)))))))
 (define bundle (lambda (x) (let (((cons a t) (*j-inverse x)))
   (cons (*j (bundle a t))
         (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (cons (primal s) (tangent s))))))))))

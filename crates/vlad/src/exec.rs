@@ -260,6 +260,7 @@ impl<'a> Executor<'a> {
                     }
                     (Target::Prim(p), Value::Prim(q)) => p == q,
                     (Target::IfProc(..), Value::Prim(q)) => *q == Prim::IfProcedure,
+                    (Target::Checkpoint(_), Value::Prim(q)) => *q == Prim::Checkpoint,
                     (Target::Build(_), Value::Prim(q)) => *q == Prim::Build,
                     (Target::Ifold(_), Value::Prim(q)) => *q == Prim::Ifold,
                     (Target::IfoldTape(_), Value::Prim(q)) => *q == Prim::IfoldTape,
@@ -301,6 +302,19 @@ impl<'a> Executor<'a> {
                     (els, el.clone())
                 };
                 self.apply(t, chosen, Value::Nil, span, tail)
+            }
+            Target::Checkpoint(t) => {
+                let Some((f, x)) = vlad_eval::prims::two(&a) else {
+                    return Err(EvalError::new(
+                        span,
+                        format!(
+                            "`checkpoint` takes a procedure and its argument, got {}",
+                            a.describe()
+                        ),
+                    ));
+                };
+                let (f, x) = (f.clone(), x.clone());
+                self.apply(t, f, x, span, tail)
             }
             Target::Build(elem) => {
                 let (n, f) = two(&a, span)?;

@@ -33,7 +33,11 @@
 //! collects what it carries, assigns the callee's parameters and `Continue`s.
 //!
 //! **`ifold`s that carry what they build** take a mark before the loop and, after each step,
-//! copy their accumulator's arrays down to it or collect their accumulators, as above.
+//! copy their accumulator's arrays down to it or collect their accumulators, as above. One
+//! whose step adds into its accumulator in place (a reverse sweep) is collected, never copied
+//! down: a copy at every step would cost the array's length each time, where a collection is
+//! due only once the steps have allocated a multiple of what it keeps (what a checkpointed
+//! step's recomputed tape leaves behind), and moves the array with its mark.
 
 use crate::ir::*;
 use std::collections::HashSet;
@@ -557,9 +561,10 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
         // it: a gradient taken at each step) keep nothing the collection does not copy with
         // that array, and stores of numbers (a small `build` unrolled by `scalars`) nothing at
         // all. A step that adds into the loop's accumulator in place, or calls a function that
-        // does (`marks::accumulating`), must not move it; an `ifold` nested in the step that
-        // does so adds into arrays it made itself, which the step may move once that loop has
-        // run.
+        // does (`marks::accumulating`), is collected but not copied down at every step (only
+        // the loop holds the array it adds into: a collection may move it, marked as its own);
+        // an `ifold` nested in the step that adds in place adds into arrays it made itself,
+        // which do not count.
         let mut fresh = HashSet::new();
         walk(body, &mut |x| match x {
             Stmt::Let(vs, Op::NewArray { .. } | Op::ArrayOf { .. }) => fresh.extend(vs),
@@ -582,12 +587,13 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
                 _ => false,
             }
         });
-        let (mut calls, mut adds) = (Vec::new(), false);
-        super::marks::outside_ifolds(body, &mut calls, &mut adds);
-        if keep || adds || calls.iter().any(|c| accumulating.contains(c)) {
+        if keep {
             return vec![s];
         }
-        let copy = carried.iter().all(|&j| tys[j].is_pointer_free_array());
+        let (mut calls, mut adds) = (Vec::new(), false);
+        super::marks::outside_ifolds(body, &mut calls, &mut adds);
+        let in_place = adds || calls.iter().any(|c| accumulating.contains(c));
+        let copy = !in_place && carried.iter().all(|&j| tys[j].is_pointer_free_array());
         let m = fresh_var(vars, Ty::Mark, "m");
         let copies: Vec<Var> = carried
             .iter()
