@@ -418,6 +418,36 @@ fn run_falls_back_to_the_evaluator_with_a_reason() {
     assert!(err.contains("running in the evaluator"), "{err}");
 }
 
+/// `checkpoint` applied through a procedure to a boxed pair (a procedure and its argument
+/// that the analysis does not take apart): `vlad run` says why it is not compiled and prints
+/// what the evaluator prints, never a compiled "malformed call" error.
+#[test]
+fn checkpoint_of_a_boxed_argument_runs_in_the_evaluator() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = program(
+        &dir,
+        "checkpoint-boxed.vlad",
+        "(define (cube x) (* x (* x x)))\n\
+         (define (car (cons a d)) a)\n\
+         (define (args k) (if (< k 1) (cons cube 2) (if (< k 2) '() (cons (lambda (p) (car p)) (cons 1 2)))))\n\
+         (define (app g a) (g a))\n\
+         (list (app checkpoint (args (real 0))) (app checkpoint (args (real 5))))\n",
+    );
+    let o = vlad(&root, cache.path(), &["run", &file]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("not compiled to native code")
+            && err.contains("`checkpoint` on a boxed argument"),
+        "{err}"
+    );
+    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
+    assert_eq!(o.stdout, eval.stdout);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "(8 1)\n");
+}
+
 /// A reverse derivative through an array, the fallback of this test before reverse-mode
 /// arrays compiled, now compiles: no note, the evaluator's answer.
 #[test]

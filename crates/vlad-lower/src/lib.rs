@@ -1125,6 +1125,11 @@ impl Lowerer<'_, '_> {
             Target::Checkpoint(t) => {
                 let a = self.force(a)?;
                 let Av::Pair(_, f, x) = &a.av else {
+                    if matches!(a.av, Av::Dyn(_)) {
+                        // A boxed pair, which the analysis did not take apart (nor does it
+                        // take `if-procedure`'s).
+                        return self.unsupported("`checkpoint` on a boxed argument");
+                    }
                     // Not a procedure and its argument (the analysis found no call): the
                     // evaluator's error, which describes a procedure without boxing it.
                     let head = "`checkpoint` takes a procedure and its argument, got ";
