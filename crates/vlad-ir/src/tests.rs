@@ -1145,6 +1145,12 @@ fn a_function_whose_only_call_was_inlined_is_left_a_stub() {
 /// where `h = build n (j -> if i = j then 1 else 0)` is the one-hot tangent of `x` (`init`:
 /// the tangent accumulator's initial value).
 fn forward_grad_dot(init: f64) -> Function {
+    forward_grad_dot_of(init, false)
+}
+
+/// `forward_grad_dot`, with `v_j` replaced by `exp(v_j)` if `exp`: the gradient of
+/// `x . exp(v)`.
+fn forward_grad_dot_of(init: f64, exp: bool) -> Function {
     let arr = Ty::Array(layout(&[Ty::F64]));
     let mut b = Builder::new();
     let x = b.named_var(arr.clone(), "x".into());
@@ -1194,6 +1200,11 @@ fn forward_grad_dot(init: f64) -> Function {
         )
     };
     let (xk, hk, vk) = (load(&mut b, x), load(&mut b, h), load(&mut b, v));
+    let vk = if exp {
+        b.let1(Ty::F64, "e", Op::Unary(UnOp::Exp, Operand::Var(vk)))
+    } else {
+        vk
+    };
     let bin = |b: &mut Builder, op, p: Var, q: Operand| {
         b.let1(Ty::F64, "p", Op::Binary(op, Operand::Var(p), q))
     };
@@ -1268,6 +1279,23 @@ fn a_fold_that_adds_zeros_but_at_one_index_runs_that_step_behind_a_guard() {
     let text = crate::print::function(&program(vec![f]), FuncId(0));
     assert!(!text.contains("from (#t)"), "{text}");
     assert!(text.contains("ieq"), "{text}");
+}
+
+/// Where a value the guard needs finite is an `exp` (log-sum-exp's terms), the guard tests its
+/// argument, finite and below 709.78, instead of computing the `exp` at every index again.
+#[test]
+fn a_guard_tests_the_argument_of_an_exp() {
+    let mut f = forward_grad_dot_of(0.0, true);
+    passes::scalar_optimise(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let guard_end = text.find("= build").expect("the loop over i");
+    let guard = &text[text.find(": bool = ifold from (#t)").expect("the guard")..guard_end];
+    assert!(!guard.contains("exp"), "{text}");
+    assert!(guard.contains("fle") && guard.contains("709.78"), "{text}");
+    // The step at i still computes the exp.
+    assert!(text[guard_end..].contains("exp"), "{text}");
 }
 
 #[test]

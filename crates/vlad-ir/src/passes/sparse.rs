@@ -22,12 +22,14 @@
 //!
 //! Then, if those values are finite at every index (and those reals zeros), each step but
 //! `k`'s adds a zero to an accumulator that is not `-0`, which leaves it unchanged (`x + 0 =
-//! x` for such `x`, `x + -0 = x` for all), and the step at `k` starts from the initial values. So the loop becomes a
-//! guard loop (those values computed at every index and tested finite: `x * 0 = 0`), then the
-//! step at `k` if `k` is below the count (the initial values if not), or the original loop
-//! where the guard fails. The guard reads neither the accumulators nor, in `grad`, `k`: the
-//! next `simplify` takes it out of the loop over `k` (loop-invariant code motion), so `grad`
-//! costs one pass to check and O(1) per entry, not a pass per entry.
+//! x` for such `x`, `x + -0 = x` for all), and the step at `k` starts from the initial
+//! values. So the loop becomes a guard loop (those values computed at every index and tested
+//! finite: `x * 0 = 0`), then the step at `k` if `k` is below the count (the initial values if
+//! not), or the original loop where the guard fails. A value needed finite that is the `exp`,
+//! `sin` or `cos` of one the step computes is tested through its argument (`finite_test`), so
+//! that the guard loop does not call them again. The guard reads neither the accumulators
+//! nor, in `grad`, `k`: the next `simplify` takes it out of the loop over `k` (loop-invariant
+//! code motion), so `grad` costs one pass to check and O(1) per entry, not a pass per entry.
 
 use crate::ir::*;
 use crate::passes::fuse;
@@ -347,6 +349,44 @@ impl Follow {
 }
 
 /// The guard loop, then the step at `k` or the original loop.
+/// What the guard tests of a value it needs finite: `operand` finite and, if given, at most
+/// `at_most`.
+struct Finite {
+    operand: Operand,
+    at_most: Option<f64>,
+}
+
+/// Below this, `exp` is finite (`exp(709.782712893384)` is the largest finite one): a margin
+/// keeps the test sufficient whatever the last bit of the library's `exp` does there.
+const EXP_FINITE_BELOW: f64 = 709.78;
+
+/// The test of `x` finite that the guard makes: of the argument, where `x` is the `exp`,
+/// `sin` or `cos` of one defined in the step (a finite argument below `EXP_FINITE_BELOW` makes
+/// a finite `exp`; any finite one a finite `sin` or `cos`), so that the guard does not compute
+/// those again at every index (log-sum-exp's terms); of `x` itself otherwise. The test may
+/// reject a value whose own test would pass (`exp(-inf)` is 0): the guard then takes the
+/// original loop, which is exact either way.
+fn finite_test(x: &Operand, defs: &HashMap<Var, Op>) -> Finite {
+    let itself = Finite {
+        operand: x.clone(),
+        at_most: None,
+    };
+    let Some(v) = x.var() else {
+        return itself;
+    };
+    match defs.get(&v) {
+        Some(Op::Unary(UnOp::Exp, y)) => Finite {
+            operand: y.clone(),
+            at_most: Some(EXP_FINITE_BELOW),
+        },
+        Some(Op::Unary(UnOp::Sin | UnOp::Cos, y)) => Finite {
+            operand: y.clone(),
+            at_most: None,
+        },
+        _ => itself,
+    }
+}
+
 fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let Stmt::Ifold {
         accs,
@@ -373,28 +413,40 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let mut out = Vec::new();
     // The guard: an ifold of a boolean over the same count.
     let ok = fresh_var(vars, Ty::Bool, "ok");
-    let roots: Vec<Var> = plan.finite.iter().filter_map(|x| x.var()).collect();
+    let tests: Vec<Finite> = plan.finite.iter().map(|x| finite_test(x, &defs)).collect();
+    let roots: Vec<Var> = tests.iter().filter_map(|t| t.operand.var()).collect();
     let sliced = slice(&body, &roots, &defs);
     let (mut guard_body, renamed) = copy_fresh(&sliced, &[index], vars);
     let rn = |x: &Operand| renamed_operand(x, &renamed);
     let mut acc = Operand::Var(ok);
-    for x in &plan.finite {
-        let z = fresh_var(vars, Ty::F64, "z");
-        let e = fresh_var(vars, Ty::Bool, "e");
+    let and = |guard_body: &mut Block, vars: &mut Vec<VarInfo>, acc: &mut Operand, e: Var| {
         let a = fresh_var(vars, Ty::Bool, "ok");
         guard_body.push(Stmt::Let(
+            vec![a],
+            Op::Binary(BinOp::And, acc.clone(), Operand::Var(e)),
+        ));
+        *acc = Operand::Var(a);
+    };
+    for t in &tests {
+        let z = fresh_var(vars, Ty::F64, "z");
+        let e = fresh_var(vars, Ty::Bool, "e");
+        guard_body.push(Stmt::Let(
             vec![z],
-            Op::Binary(BinOp::FMul, rn(x), Operand::F64(0.0)),
+            Op::Binary(BinOp::FMul, rn(&t.operand), Operand::F64(0.0)),
         ));
         guard_body.push(Stmt::Let(
             vec![e],
             Op::Binary(BinOp::FEq, Operand::Var(z), Operand::F64(0.0)),
         ));
-        guard_body.push(Stmt::Let(
-            vec![a],
-            Op::Binary(BinOp::And, acc, Operand::Var(e)),
-        ));
-        acc = Operand::Var(a);
+        and(&mut guard_body, vars, &mut acc, e);
+        if let Some(bound) = t.at_most {
+            let b = fresh_var(vars, Ty::Bool, "e");
+            guard_body.push(Stmt::Let(
+                vec![b],
+                Op::Binary(BinOp::FLe, rn(&t.operand), Operand::F64(bound)),
+            ));
+            and(&mut guard_body, vars, &mut acc, b);
+        }
     }
     out.push(Stmt::Ifold {
         accs: vec![ok],
