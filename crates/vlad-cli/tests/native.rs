@@ -913,9 +913,10 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
 
 /// A reverse sweep through a loop whose steps are checkpointed (`checkpoint`: the sweep runs
 /// each step again, making its tape then) keeps one step's tape, not every step's: the loop
-/// over 2,000 points, each a loop over 1,000 entries, stays within two 16 MB chunks (eight
-/// when the sweep, which adds into its accumulator in place, was never collected; six without
-/// the checkpoints), and prints what it prints without them and what the evaluator prints.
+/// over 2,000 points, each a loop over 1,000 entries, stays within two 16 MB chunks (not so
+/// when the sweep, which adds into its accumulator in place, was never collected, nor without
+/// the checkpoints: benches/README.md has the figures), and prints what it prints without them
+/// and what the evaluator prints.
 #[test]
 fn a_reverse_sweep_through_checkpointed_steps_keeps_one_steps_tape() {
     let root = repo_root();
@@ -970,9 +971,9 @@ fn a_reverse_sweep_through_checkpointed_steps_keeps_one_steps_tape() {
 /// into arrays in place) and builds the next matrix from it. The sweeps are `ifold`s inside the
 /// descent's step, and their tapes arrays the step makes and stores into: the descent loop
 /// collects what it carries all the same (`passes::carry`), so 300 steps of a 100 x 100 matrix
-/// stay within two 16 MB chunks (they grew the arena by 500 MB, every step's tapes, when an
-/// in-place addition or a store of a pointer anywhere in the step kept the loop from
-/// collecting), and it prints what the evaluator prints, collecting often or not.
+/// stay within two 16 MB chunks (the arena kept every step's tapes when an in-place addition
+/// or a store of a pointer anywhere in the step kept the loop from collecting:
+/// benches/README.md), and it prints what the evaluator prints, collecting often or not.
 #[test]
 fn gradient_descent_on_a_matrix_runs_in_constant_memory() {
     let root = repo_root();
