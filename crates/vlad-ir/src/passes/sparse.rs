@@ -348,7 +348,6 @@ impl Follow {
     }
 }
 
-/// The guard loop, then the step at `k` or the original loop.
 /// What the guard tests of a value it needs finite: `operand` finite and, if given, at most
 /// `at_most`.
 struct Finite {
@@ -387,6 +386,7 @@ fn finite_test(x: &Operand, defs: &HashMap<Var, Op>) -> Finite {
     }
 }
 
+/// The guard loop, then the step at `k` or the original loop.
 fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let Stmt::Ifold {
         accs,
