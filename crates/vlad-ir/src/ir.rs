@@ -725,7 +725,7 @@ pub fn defined_in(block: &[Stmt]) -> Vec<Var> {
     let mut defined = Vec::new();
     walk(block, &mut |s| {
         defined.extend(stmt_defs(s));
-        if let Stmt::Build { index, .. } | Stmt::Ifold { index, .. } = s {
+        if let Stmt::Build { index, .. } | Stmt::Ifold { index, .. } | Stmt::For { index, .. } = s {
             defined.push(*index);
         }
     });
