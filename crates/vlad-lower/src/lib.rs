@@ -1101,19 +1101,10 @@ impl Lowerer<'_, '_> {
                 let Av::Pair(_, th, el) = &**rest else {
                     return self.unsupported("`if-procedure` on a boxed argument");
                 };
-                let parts = self.split(&[c, th, el], &a.leaves)?;
-                let cv = Val {
-                    av: (**c).clone(),
-                    leaves: parts[0].clone(),
-                };
-                let thv = Val {
-                    av: (**th).clone(),
-                    leaves: parts[1].clone(),
-                };
-                let elv = Val {
-                    av: (**el).clone(),
-                    leaves: parts[2].clone(),
-                };
+                let [cv, thv, elv]: [Val; 3] = self
+                    .raw_parts(&a, &[c, th, el])?
+                    .try_into()
+                    .expect("three parts");
                 let Some(cond) = self.truth(&cv)? else {
                     return Ok(Val::known(Av::Bottom));
                 };
@@ -1151,15 +1142,8 @@ impl Lowerer<'_, '_> {
                     }
                     return Ok(Val::known(Av::Bottom));
                 };
-                let parts = self.split(&[f, x], &a.leaves)?;
-                let fv = Val {
-                    av: (**f).clone(),
-                    leaves: parts[0].clone(),
-                };
-                let xv = Val {
-                    av: (**x).clone(),
-                    leaves: parts[1].clone(),
-                };
+                let [fv, xv]: [Val; 2] =
+                    self.raw_parts(&a, &[f, x])?.try_into().expect("two parts");
                 self.apply(t, fv, xv, out, site)
             }
             Target::Build(t) => self.build(t, a, out, site),
