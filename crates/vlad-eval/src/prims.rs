@@ -23,6 +23,16 @@ pub fn two(arg: &Value) -> Option<(&Value, &Value)> {
     }
 }
 
+/// The error of a call of `if-procedure` or `checkpoint` whose argument is not of the shape
+/// it takes (the executor of the specialised program reports the same).
+pub fn malformed_call(p: Prim, arg: &Value) -> String {
+    let takes = match p {
+        Prim::IfProcedure => "a condition and two procedures",
+        _ => "a procedure and its argument",
+    };
+    format!("`{}` takes {takes}, got {}", p.name(), arg.describe())
+}
+
 fn real(v: &Value) -> Option<f64> {
     match v {
         Value::Real(r) => Some(*r),
@@ -119,20 +129,14 @@ impl Evaluator {
             Prim::IfProcedure => {
                 let parts = two(&arg).and_then(|(c, rest)| two(rest).map(|(t, f)| (c, t, f)));
                 let Some((c, t, f)) = parts else {
-                    return Err(e(format!(
-                        "`if-procedure` takes a condition and two procedures, got {}",
-                        arg.describe()
-                    )));
+                    return Err(e(malformed_call(p, &arg)));
                 };
                 let chosen = if c.is_true() { t.clone() } else { f.clone() };
                 return Ok(Outcome::TailCall(chosen, Value::Nil));
             }
             Prim::Checkpoint => {
                 let Some((f, x)) = two(&arg) else {
-                    return Err(e(format!(
-                        "`checkpoint` takes a procedure and its argument, got {}",
-                        arg.describe()
-                    )));
+                    return Err(e(malformed_call(p, &arg)));
                 };
                 return Ok(Outcome::TailCall(f.clone(), x.clone()));
             }

@@ -288,13 +288,8 @@ impl<'a> Executor<'a> {
                 let parts = vlad_eval::prims::two(&a)
                     .and_then(|(c, rest)| vlad_eval::prims::two(rest).map(|(t, e)| (c, t, e)));
                 let Some((c, th, el)) = parts else {
-                    return Err(EvalError::new(
-                        span,
-                        format!(
-                            "`if-procedure` takes a condition and two procedures, got {}",
-                            a.describe()
-                        ),
-                    ));
+                    let m = vlad_eval::prims::malformed_call(Prim::IfProcedure, &a);
+                    return Err(EvalError::new(span, m));
                 };
                 let (t, chosen) = if c.is_true() {
                     (then, th.clone())
@@ -305,13 +300,8 @@ impl<'a> Executor<'a> {
             }
             Target::Checkpoint(t) => {
                 let Some((f, x)) = vlad_eval::prims::two(&a) else {
-                    return Err(EvalError::new(
-                        span,
-                        format!(
-                            "`checkpoint` takes a procedure and its argument, got {}",
-                            a.describe()
-                        ),
-                    ));
+                    let m = vlad_eval::prims::malformed_call(Prim::Checkpoint, &a);
+                    return Err(EvalError::new(span, m));
                 };
                 let (f, x) = (f.clone(), x.clone());
                 self.apply(t, f, x, span, tail)
