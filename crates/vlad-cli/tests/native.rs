@@ -795,26 +795,25 @@ fn loops_carrying_arrays_run_in_constant_memory() {
         );
         let stderr = String::from_utf8_lossy(&big.stderr);
         assert!(big.status.success(), "mode {mode}: {stderr}");
-        let chunks: usize = stderr
-            .split("vlad: arena: ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("mode {mode}: no arena statistics in {stderr:?}"));
+        let (chunks, _) = arena_stats(&stderr, &format!("mode {mode}"));
         assert!(chunks <= 2, "mode {mode}: {chunks} arena chunks: {stderr}");
     }
 }
 
-/// The arena's chunks and the collections of a run with `VLAD_ARENA_STATS` set.
-fn arena_stats(stderr: &str) -> Option<(usize, usize)> {
-    let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
-    let chunks = line.split(' ').next()?.parse().ok()?;
-    let collections = line
-        .split(", ")
-        .find(|p| p.ends_with(" collections"))
-        .and_then(|p| p.split(' ').next()?.parse().ok())
-        .unwrap_or(0);
-    Some((chunks, collections))
+/// The arena's chunks and the collections of a run with `VLAD_ARENA_STATS` set (its standard
+/// error); a run that printed none fails the test, `what` saying which run.
+fn arena_stats(stderr: &str, what: &str) -> (usize, usize) {
+    let parse = || -> Option<(usize, usize)> {
+        let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
+        let chunks = line.split(' ').next()?.parse().ok()?;
+        let collections = line
+            .split(", ")
+            .find(|p| p.ends_with(" collections"))
+            .and_then(|p| p.split(' ').next()?.parse().ok())
+            .unwrap_or(0);
+        Some((chunks, collections))
+    };
+    parse().unwrap_or_else(|| panic!("{what}: no arena statistics in {stderr:?}"))
 }
 
 /// Loops that carry boxed values they rebuild at each step run in constant memory: the arena
@@ -888,8 +887,7 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
         );
         let stderr = String::from_utf8_lossy(&big.stderr);
         assert!(big.status.success(), "mode {mode}: {stderr}");
-        let (chunks, _) = arena_stats(&stderr)
-            .unwrap_or_else(|| panic!("mode {mode}: no arena statistics in {stderr:?}"));
+        let (chunks, _) = arena_stats(&stderr, &format!("mode {mode}"));
         assert!(chunks <= 2, "mode {mode}: {chunks} arena chunks: {stderr}");
         // Collecting often changes nothing but the memory.
         let often = vlad_with_input(
@@ -900,8 +898,7 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
             &small,
         );
         let stderr = String::from_utf8_lossy(&often.stderr);
-        let (_, collections) = arena_stats(&stderr)
-            .unwrap_or_else(|| panic!("mode {mode}: no arena statistics in {stderr:?}"));
+        let (_, collections) = arena_stats(&stderr, &format!("mode {mode}"));
         assert!(collections > 0, "mode {mode}: no collection: {stderr}");
         assert_eq!(
             String::from_utf8_lossy(&often.stdout),
@@ -957,13 +954,11 @@ fn a_reverse_sweep_through_checkpointed_steps_keeps_one_steps_tape() {
         "native {checkpointed} evaluator {eval}"
     );
     let (often, stderr) = run("5 4 1\n", &[COLLECT_OFTEN], false);
-    let (_, collections) =
-        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    let (_, collections) = arena_stats(&stderr, "collecting often");
     assert!(collections > 0, "no collection: {stderr}");
     assert_eq!(often, checkpointed, "collecting often");
     let (_, stderr) = run("1000 2000 1\n", &[], false);
-    let (chunks, _) =
-        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    let (chunks, _) = arena_stats(&stderr, "1000 2000 1");
     assert!(chunks <= 2, "{chunks} arena chunks: {stderr}");
 }
 
@@ -1021,8 +1016,7 @@ fn gradient_descent_on_a_matrix_runs_in_constant_memory() {
         small,
     );
     let stderr = String::from_utf8_lossy(&often.stderr);
-    let (_, collections) =
-        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    let (_, collections) = arena_stats(&stderr, "collecting often");
     assert!(collections > 0, "no collection: {stderr}");
     assert_eq!(
         String::from_utf8_lossy(&often.stdout),
@@ -1032,8 +1026,7 @@ fn gradient_descent_on_a_matrix_runs_in_constant_memory() {
     let big = vlad_with_input(&root, cache.path(), &[], &["run", &file], "100 300\n");
     let stderr = String::from_utf8_lossy(&big.stderr);
     assert!(big.status.success(), "{stderr}");
-    let (chunks, _) =
-        arena_stats(&stderr).unwrap_or_else(|| panic!("no arena statistics in {stderr:?}"));
+    let (chunks, _) = arena_stats(&stderr, "100 300");
     assert!(chunks <= 2, "{chunks} arena chunks: {stderr}");
 }
 
@@ -1083,8 +1076,7 @@ fn reverse_sweeps_over_arrays_take_linear_memory() {
         let run = vlad_with_input(&root, cache.path(), &[], &["run", &file], big);
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(run.status.success(), "{big}: {stderr}");
-        let (chunks, _) = arena_stats(&stderr)
-            .unwrap_or_else(|| panic!("{big}: no arena statistics in {stderr:?}"));
+        let (chunks, _) = arena_stats(&stderr, big);
         assert!(chunks <= most, "{big}: {chunks} arena chunks: {stderr}");
     }
 }
