@@ -338,13 +338,14 @@ impl<'p> Emitter<'p> {
         Ok(format!("{cold}{ret} {name}({params})"))
     }
 
-    /// The frame struct of member `j` of machine `m`, and its arguments' struct.
+    /// The frame struct of member `j` of machine `m` (what is live across its calls of
+    /// members), and its arguments' struct.
     fn frame_structs(&mut self, m: FuncId, j: usize, mb: &MachineMember, f: &Function) -> String {
         let mut s = format!("struct vl_fr{}_{j} {{ vl_frame h;", m.0);
         for v in &mb.frame {
             let _ = write!(s, " {} {};", self.ctype(f.ty(*v)), f.name(*v));
         }
-        let _ = writeln!(s, "{} }};", self.result_slots(f, j as u32));
+        s.push_str(" };\n");
         if !mb.params.is_empty() {
             let _ = write!(s, "struct vl_ar{}_{j} {{", m.0);
             for v in &mb.params {
@@ -353,36 +354,6 @@ impl<'p> Emitter<'p> {
             s.push_str(" };\n");
         }
         s
-    }
-
-    /// The result slots of a member's calls (`vl_rN`, one per resume point with results).
-    fn result_slots(&mut self, f: &Function, member: u32) -> String {
-        let mut out = String::new();
-        let Some(body) = f.body.iter().find_map(|s| match s {
-            Stmt::Member { member: m, body } if *m == member => Some(body),
-            _ => None,
-        }) else {
-            return out;
-        };
-        let mut calls = Vec::new();
-        walk(body, &mut |s| {
-            if let Stmt::MachineCall {
-                results, resume, ..
-            } = s
-            {
-                if !results.is_empty() {
-                    calls.push((
-                        *resume,
-                        results.iter().map(|v| f.ty(*v).clone()).collect::<Vec<_>>(),
-                    ));
-                }
-            }
-        });
-        for (r, tys) in calls {
-            let t = self.return_type(&tys);
-            let _ = write!(out, " {t} vl_r{r};");
-        }
-        out
     }
 
     fn machine(&mut self, id: FuncId, m: &'p Machine) -> R<String> {
@@ -394,25 +365,45 @@ impl<'p> Emitter<'p> {
         }
         self.struct_defs.push_str(&structs);
         let mi = id.0;
+        // The frame header's member and resume point are 16 bits wide.
+        let widest = m.members.iter().map(|mb| mb.resumes as usize);
+        if m.members.len().max(widest.max().unwrap_or(0)) > usize::from(u16::MAX) {
+            return Err(EmitError(
+                "a machine with more than 65535 members or resume points".into(),
+            ));
+        }
         let mut text = format!("{signature} {{\n  vl_frame *vl_h = 0;\n");
         for j in 0..m.members.len() {
             let _ = writeln!(text, "  struct vl_fr{mi}_{j} *vl_F{j} = 0;");
+        }
+        // Arguments travel from a call to the callee's entry in `vl_A`, results from a return
+        // to the resume point in `vl_res`: in between, only the dispatch runs, so neither
+        // needs a place in a frame.
+        let mut args = String::new();
+        let mut results = String::new();
+        for (j, mb) in m.members.iter().enumerate() {
+            if !mb.params.is_empty() {
+                let _ = write!(args, " struct vl_ar{mi}_{j} m{j};");
+            }
+            if !mb.results.is_empty() {
+                let rt = self.return_type(&mb.results);
+                let _ = write!(results, " {rt} m{j};");
+            }
+        }
+        if !args.is_empty() {
+            let _ = writeln!(text, "  union {{{args} }} vl_A;");
+        }
+        if !results.is_empty() {
+            let _ = writeln!(text, "  union {{{results} }} vl_res;");
         }
         text.push_str("  switch (vl_fn) {\n");
         for (j, mb) in m.members.iter().enumerate() {
             let _ = write!(
                 text,
-                "  case {j}: {{ struct vl_fr{mi}_{j} *vl_c = (struct vl_fr{mi}_{j} *)vl_push(sizeof(struct vl_fr{mi}_{j})); vl_c->h.fn = {j}; vl_c->h.pc = 0; vl_c->h.ret = vl_ret; vl_c->h.prev = 0;"
+                "  case {j}: {{ struct vl_fr{mi}_{j} *vl_c = (struct vl_fr{mi}_{j} *)vl_push(sizeof(struct vl_fr{mi}_{j})); vl_c->h.fn = {j}; vl_c->h.pc = 0; vl_c->h.back = 0;"
             );
             if !mb.params.is_empty() {
-                let _ = write!(
-                    text,
-                    " struct vl_ar{mi}_{j} *vl_a = (struct vl_ar{mi}_{j} *)vl_args;"
-                );
-                for v in &mb.params {
-                    let n = f.name(*v);
-                    let _ = write!(text, " vl_c->{n} = vl_a->{n};");
-                }
+                let _ = write!(text, " vl_A.m{j} = *(struct vl_ar{mi}_{j} *)vl_args;");
             }
             text.push_str(" vl_h = &vl_c->h; break; }\n");
         }
@@ -432,7 +423,7 @@ impl<'p> Emitter<'p> {
         }
         text.push_str(
             "  }\n  vl_fail_internal(\"a frame of the explicit stack is corrupt\");\n  return;\n\
-             vl_pop: { vl_frame *vl_p = vl_h->prev; vl_xs_top = (char *)vl_h; if (!vl_p) return; vl_h = vl_p; goto vl_run; }\n",
+             vl_pop: { unsigned vl_b = vl_h->back; vl_xs_top = (char *)vl_h; if (!vl_b) return; vl_h = (vl_frame *)((char *)vl_h - vl_b); goto vl_run; }\n",
         );
         for s in &f.body {
             let Stmt::Member { member, body } = s else {
@@ -442,6 +433,10 @@ impl<'p> Emitter<'p> {
             let mb = &m.members[j];
             let mut w = Writer::new(self, f, Some((mi, j, m, mb)));
             let _ = writeln!(w.out, "  {{\nvl_L{j}_0: ;");
+            for v in &mb.params {
+                let lhs = w.define(*v);
+                let _ = writeln!(w.out, "    {lhs}vl_A.m{j}.{};", f.name(*v));
+            }
             w.block(body, 2)?;
             w.out.push_str("    goto vl_pop;\n  }\n");
             text.push_str(&w.out);
@@ -568,6 +563,16 @@ impl<'e, 'p> Writer<'e, 'p> {
             Operand::Global(g) => Some(self.e.p.globals[g.0 as usize].ty.clone()),
             _ => None,
         }
+    }
+
+    /// `{ vl_A.mG.p = a; ...`: a call's arguments stored in the machine's argument area for
+    /// member `g`, whose entry copies them into its frame or C locals.
+    fn machine_args(&self, g: usize, params: &[Var], args: &[Operand]) -> String {
+        let mut s = String::from("{ ");
+        for (v, a) in params.iter().zip(args) {
+            let _ = write!(s, "vl_A.m{g}.{} = {}; ", self.f.name(*v), self.operand(a));
+        }
+        s
     }
 
     /// `T v = ` (a declaration), or `vl_F->v = ` for a frame variable.
@@ -923,12 +928,13 @@ impl<'e, 'p> Writer<'e, 'p> {
                     (None, None) => self.line(d, "return;"),
                     (None, Some(v)) => self.line(d, format!("return {v};")),
                     (Some(_), None) => self.line(d, "goto vl_pop;"),
-                    (Some((_, _, _, mb)), Some(v)) => {
+                    // The bottom frame returns to the machine's caller.
+                    (Some((_, j, _, mb)), Some(v)) => {
                         let rt = self.e.return_type(&mb.results);
                         self.line(
                             d,
                             format!(
-                                "{{ {rt} vl_rv = {v}; if (vl_h->ret) *({rt} *)vl_h->ret = vl_rv; goto vl_pop; }}"
+                                "{{ {rt} vl_rv = {v}; if (vl_h->back) vl_res.m{j} = vl_rv; else if (vl_ret) *({rt} *)vl_ret = vl_rv; goto vl_pop; }}"
                             ),
                         );
                     }
@@ -955,32 +961,22 @@ impl<'e, 'p> Writer<'e, 'p> {
                 };
                 let g = *member as usize;
                 let callee = &m.members[g];
-                let ret = if results.is_empty() {
-                    "0".to_string()
-                } else {
-                    format!("&vl_F{j}->vl_r{resume}")
-                };
-                let mut s = format!(
-                    "{{ struct vl_fr{mi}_{g} *vl_c = (struct vl_fr{mi}_{g} *)vl_push(sizeof(struct vl_fr{mi}_{g})); vl_c->h.fn = {g}; vl_c->h.pc = 0; vl_c->h.ret = {ret}; vl_c->h.prev = vl_h;"
-                );
-                for (v, a) in callee.params.iter().zip(args) {
-                    let _ = write!(s, " vl_c->{} = {};", self.f.name(*v), self.operand(a));
-                }
+                let mut s = self.machine_args(g, &callee.params, args);
                 let _ = write!(
                     s,
-                    " vl_h->pc = {resume}; vl_h = &vl_c->h; goto vl_run; vl_L{j}_{resume}: ; }}"
+                    "struct vl_fr{mi}_{g} *vl_c = (struct vl_fr{mi}_{g} *)vl_push(sizeof(struct vl_fr{mi}_{g})); vl_c->h.fn = {g}; vl_c->h.pc = 0; vl_c->h.back = (unsigned)((char *)vl_c - (char *)vl_h); vl_h->pc = {resume}; vl_h = &vl_c->h; goto vl_run; vl_L{j}_{resume}: ; }}"
                 );
                 self.line(d, s);
                 match results.as_slice() {
                     [] => {}
                     [v] => {
                         let lhs = self.define(*v);
-                        self.line(d, format!("{lhs}vl_F{j}->vl_r{resume};"));
+                        self.line(d, format!("{lhs}vl_res.m{g};"));
                     }
                     _ => {
                         for (i, v) in results.iter().enumerate() {
                             let lhs = self.define(*v);
-                            self.line(d, format!("{lhs}vl_F{j}->vl_r{resume}.f{i};"));
+                            self.line(d, format!("{lhs}vl_res.m{g}.f{i};"));
                         }
                     }
                 }
@@ -991,19 +987,12 @@ impl<'e, 'p> Writer<'e, 'p> {
                 };
                 let g = *member as usize;
                 let callee = &m.members[g];
-                let mut s = String::from("{ ");
-                for (n, (v, a)) in callee.params.iter().zip(args).enumerate() {
-                    let t = self.e.ctype(self.f.ty(*v));
-                    let _ = write!(s, "{t} vl_x{n} = {}; ", self.operand(a));
-                }
+                // The arguments are read out of the old frame before the new one replaces it.
+                let mut s = self.machine_args(g, &callee.params, args);
                 let _ = write!(
                     s,
-                    "void *vl_rt = vl_h->ret; vl_frame *vl_pv = vl_h->prev; vl_xs_top = (char *)vl_h; struct vl_fr{mi}_{g} *vl_c = (struct vl_fr{mi}_{g} *)vl_push(sizeof(struct vl_fr{mi}_{g})); vl_c->h.fn = {g}; vl_c->h.pc = 0; vl_c->h.ret = vl_rt; vl_c->h.prev = vl_pv;"
+                    "unsigned vl_b = vl_h->back; vl_xs_top = (char *)vl_h; struct vl_fr{mi}_{g} *vl_c = (struct vl_fr{mi}_{g} *)vl_push(sizeof(struct vl_fr{mi}_{g})); vl_c->h.fn = {g}; vl_c->h.pc = 0; vl_c->h.back = vl_b; vl_h = &vl_c->h; goto vl_run; }}"
                 );
-                for (n, v) in callee.params.iter().enumerate() {
-                    let _ = write!(s, " vl_c->{} = vl_x{n};", self.f.name(*v));
-                }
-                s.push_str(" vl_h = &vl_c->h; goto vl_run; }");
                 self.line(d, s);
             }
             Stmt::Build { .. } | Stmt::Ifold { .. } => {

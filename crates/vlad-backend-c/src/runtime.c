@@ -533,9 +533,15 @@ static void vl_fail_no_map(long kind, V v) {
    frame) are pushed here, on memory reserved once and mapped by the kernel as it is used.
    Frames are popped in LIFO order, machines nested in machines included; the pages stay
    mapped, as the arena's chunks do. */
-typedef struct vl_frame { int fn, pc; void *ret; struct vl_frame *prev; } vl_frame;
+/* A machine's frame header: the member, its resume point, and the distance back to the frame
+   below (0 at the bottom, which returns to the machine's caller). Frames are contiguous: a
+   frame is on top whenever it pushes another. */
+typedef struct vl_frame { unsigned short fn, pc; unsigned back; } vl_frame;
 VL_SHARED char *vl_xs_top;
 VL_SHARED char *vl_xs_end;
+/* The explicit stack's base and the highest its top has been (for VLAD_ARENA_STATS). */
+VL_SHARED char *vl_xs_base;
+VL_SHARED char *vl_xs_high;
 VL_SHARED char *vl_native_floor;
 #if defined(__GNUC__)
 /* The machines and their entries: rarely run, so optimised lightly and never inlined into, which
@@ -555,7 +561,7 @@ static void vl_xs_grow(size_t n) {
       char *p = mmap(0, sizes[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                      -1, 0);
       if (p != MAP_FAILED) {
-        vl_xs_top = p;
+        vl_xs_top = vl_xs_base = vl_xs_high = p;
         vl_xs_end = p + sizes[i];
         break;
       }
@@ -567,10 +573,11 @@ static void vl_xs_grow(size_t n) {
   }
 }
 static inline void *vl_push(size_t n) {
-  n = (n + 15) & ~(size_t)15;
+  n = (n + 7) & ~(size_t)7;
   if ((size_t)(vl_xs_end - vl_xs_top) < n) vl_xs_grow(n);
   char *p = vl_xs_top;
   vl_xs_top = p + n;
+  if (vl_xs_top > vl_xs_high) vl_xs_high = vl_xs_top;
   return p;
 }
 /* "<head><description of v><tail>" at a site */
@@ -1690,12 +1697,13 @@ int main(void) {
   else pthread_join(t, 0);
   fflush(stdout);
   vl_check_output();
-  /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed). */
+  /* VLAD_ARENA_STATS: the arena's size at exit, its peak (chunks are never freed), and the
+     peak of the explicit stack's frames. */
   if (getenv("VLAD_ARENA_STATS")) {
     size_t bytes = 0;
     for (size_t i = 0; i < vl_nchunks; i++) bytes += vl_chunks[i].size;
-    fprintf(stderr, "vlad: arena: %zu chunks, %zu bytes, %zu collections\n", vl_nchunks, bytes,
-            vl_collections);
+    fprintf(stderr, "vlad: arena: %zu chunks, %zu bytes, %zu collections, %zu bytes of frames\n",
+            vl_nchunks, bytes, vl_collections, (size_t)(vl_xs_high - vl_xs_base));
   }
   return 0;
 }

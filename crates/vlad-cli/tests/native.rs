@@ -618,6 +618,16 @@ fn a_reverse_derivative_through_a_long_loop_runs_in_a_small_stack() {
         .parse()
         .expect("a real");
     assert!((x - 1.101_180_557_769_34).abs() < 1e-12, "{x}");
+    // Issue 21's target, under 100 bytes a step: each step's backpropagator in the arena, and
+    // the frames of the forward sweep's recursion (then the reverse sweep's), which hold only
+    // what is live across their calls. Frames that held every parameter, a result slot and
+    // two pointers took 184 bytes a step.
+    let (arena, frames) = memory_stats(&err, "reverse-loop");
+    let steps = 1_000_000;
+    assert!(
+        frames / steps <= 48 && (arena + frames) / steps < 100,
+        "{arena} bytes of arena and {frames} of frames for {steps} steps"
+    );
 }
 
 /// A compiled program killed by a signal (here SIGTERM, while it waits for input) makes `vlad
@@ -814,6 +824,20 @@ fn arena_stats(stderr: &str, what: &str) -> (usize, usize) {
         Some((chunks, collections))
     };
     parse().unwrap_or_else(|| panic!("{what}: no arena statistics in {stderr:?}"))
+}
+
+/// The bytes of the arena and the peak bytes of the explicit stack's frames that a run with
+/// `VLAD_ARENA_STATS` reports.
+fn memory_stats(stderr: &str, what: &str) -> (usize, usize) {
+    let parse = || -> Option<(usize, usize)> {
+        let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
+        let field = |unit: &str| -> Option<usize> {
+            let part = line.split(", ").find(|p| p.ends_with(unit))?;
+            part.split(' ').next()?.parse().ok()
+        };
+        Some((field(" bytes")?, field(" bytes of frames")?))
+    };
+    parse().unwrap_or_else(|| panic!("{what}: no memory statistics in {stderr:?}"))
 }
 
 /// Loops that carry boxed values they rebuild at each step run in constant memory: the arena

@@ -547,8 +547,8 @@ pub struct MachineMember {
     pub func: FuncId,
     pub params: Vec<Var>,
     pub results: Layout,
-    /// The variables that live in its frame: those live across a call of a member (the
-    /// parameters among them).
+    /// The variables that live in its frame: those live across a call of a member, the
+    /// parameters among them first. The other parameters are C locals.
     pub frame: Vec<Var>,
     /// The number of resume points of its body.
     pub resumes: u32,

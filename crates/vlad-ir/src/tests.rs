@@ -467,10 +467,11 @@ fn build_and_ifold_lower_to_counted_loops() {
     assert!(!text.contains("build") && !text.contains("ifold"), "{text}");
 }
 
-/// `f0(n: f64) -> f64 { if n > 0 { r = f0(n - 1); return r * n } else { return 1 } }`.
+/// `f0(n: f64, k: f64) -> f64 { if n > 0 { r = f0(n - k, k); return r * n } else { return 1 } }`.
 fn factorial() -> Function {
     let mut b = Builder::new();
     let n = b.named_var(Ty::F64, "a0".into());
+    let k = b.named_var(Ty::F64, "a1".into());
     let c = b.let1(
         Ty::Bool,
         "t",
@@ -480,7 +481,7 @@ fn factorial() -> Function {
     let m = b.let1(
         Ty::F64,
         "t",
-        Op::Binary(BinOp::FSub, Operand::Var(n), Operand::F64(1.0)),
+        Op::Binary(BinOp::FSub, Operand::Var(n), Operand::Var(k)),
     );
     let dead = b.let1(
         Ty::F64,
@@ -492,7 +493,7 @@ fn factorial() -> Function {
         vec![r],
         Op::Call {
             func: FuncId(0),
-            args: vec![Operand::Var(m)],
+            args: vec![Operand::Var(m), Operand::Var(k)],
             guard: None,
         },
     ));
@@ -512,7 +513,7 @@ fn factorial() -> Function {
         els,
     });
     let _ = dead;
-    b.finish(spec(0), vec![n], layout(&[Ty::F64]))
+    b.finish(spec(0), vec![n, k], layout(&[Ty::F64]))
 }
 
 #[test]
@@ -527,14 +528,14 @@ fn a_non_tail_recursive_function_gets_a_machine_with_its_live_variables_in_the_f
     };
     let mb = &m.members[0];
     let names: Vec<&str> = mb.frame.iter().map(|v| p.funcs[1].name(*v)).collect();
-    // The parameter, and nothing else: `t` (n - 1) and `d` are dead after the call, and the
-    // call's result is defined by it.
+    // `n`, and nothing else: `k`, `t` (n - k) and `d` are dead after the call (a parameter
+    // that is arrives in a C local), and the call's result is defined by it.
     assert_eq!(names, ["a0_0"]);
     assert_eq!(mb.resumes, 1);
     assert!(matches!(p.funcs[2].kind, FuncKind::MachineEntry { .. }));
     // The native call is guarded by the entry.
     let text = crate::print::function(&p, FuncId(0));
-    assert!(text.contains("call f0(t2) (deep: f2)"), "{text}");
+    assert!(text.contains("call f0(t3, a1) (deep: f2)"), "{text}");
     // Too large: no machine.
     let mut p = program(vec![factorial()]);
     let stats = passes::machines::run(&mut p, 3);

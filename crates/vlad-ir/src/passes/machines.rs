@@ -8,7 +8,7 @@
 //! For every strongly connected component of the call graph with a call inside it that is not
 //! a tail call (a *deep* component), this pass adds one more function, the component's
 //! *machine*: the bodies of all its members, with the variables live across a call of a member
-//! in heap frames on an explicit stack instead of C locals (liveness is computed on the IR:
+//! (and only those) in heap frames on an explicit stack instead of C locals (liveness is computed on the IR:
 //! `liveness`). A call between members pushes the callee's frame and jumps to the machine's
 //! dispatch (`MachineCall`); a return pops the frame; a tail call between members replaces the
 //! frame (`MachineTailCall`). The machine never recurses natively, so a recursion of any depth
@@ -142,9 +142,15 @@ fn add_machine(p: &mut Program, members: &[FuncId]) {
             }
             other => vec![other],
         });
-        // The frame: the parameters, then what is live across a call of a member.
+        // The frame: what is live across a call of a member, the parameters among it first.
+        // A parameter that is not arrives in a C local (the callee copies it out of the
+        // machine's argument area), so a frame holds no more than the call must keep.
         let live = live_across_calls(&body);
-        let mut frame = params.clone();
+        let mut frame: Vec<Var> = params
+            .iter()
+            .copied()
+            .filter(|v| live.contains(v))
+            .collect();
         frame.extend(live.into_iter().filter(|v| !params.contains(v)));
         infos.push(MachineMember {
             func: fid,
