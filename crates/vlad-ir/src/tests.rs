@@ -1753,3 +1753,148 @@ fn reads_of_an_array_written_in_place_are_neither_hoisted_nor_fused() {
     assert!(at("= ifold") < at("= load a[0i]"), "{text}");
     assert!(text.contains("= build"), "{text}");
 }
+
+/// `f0(x, p, q)`: `n = length x`, checked equal to 3; `b = build n (x[i] + 1)`; a variable `j`
+/// set to a new array of two elements in each branch of `if p > q`; returns `j[1] + b[2]`,
+/// reading `j` at an index checked against its length.
+fn small_arrays_behind_a_check_and_a_join() -> Function {
+    let mut b = Builder::new();
+    let f = Ty::Array(layout(&[Ty::F64]));
+    let x = b.named_var(f.clone(), "x".into());
+    let p = b.named_var(Ty::F64, "p".into());
+    let q = b.named_var(Ty::F64, "q".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let ok = b.let1(
+        Ty::Bool,
+        "ok",
+        Op::Binary(BinOp::IEq, Operand::Var(n), Operand::I64(3)),
+    );
+    b.open();
+    b.effect(Op::Rt(
+        Rt::LengthFail,
+        vec![
+            Operand::Str("plus".into()),
+            Operand::Var(n),
+            Operand::I64(3),
+        ],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(ok),
+        then: vec![],
+        els: fail,
+    });
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let e = b.let1(
+        Ty::F64,
+        "e",
+        Op::Load {
+            array: Operand::Var(x),
+            index: Operand::Var(i),
+            slot: 0,
+        },
+    );
+    let e1 = b.let1(
+        Ty::F64,
+        "e",
+        Op::Binary(BinOp::FAdd, Operand::Var(e), Operand::F64(1.0)),
+    );
+    let body = b.close();
+    let built = b.var(f.clone(), "b");
+    b.push(Stmt::Build {
+        array: built,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(e1)],
+    });
+    let j = b.var(f.clone(), "j");
+    b.push(Stmt::Declare(vec![j]));
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FGt, Operand::Var(p), Operand::Var(q)),
+    );
+    let branch = |b: &mut Builder, first: Var, second: Var| {
+        b.open();
+        let a = b.let1(
+            f.clone(),
+            "a",
+            Op::NewArray {
+                layout: layout(&[Ty::F64]),
+                count: Operand::I64(2),
+            },
+        );
+        for (k, v) in [first, second].into_iter().enumerate() {
+            b.push(Stmt::Store {
+                array: Operand::Var(a),
+                index: Operand::I64(k as i64),
+                slot: 0,
+                value: Operand::Var(v),
+            });
+        }
+        b.push(Stmt::Set(j, Operand::Var(a)));
+        b.close()
+    };
+    let then = branch(&mut b, p, q);
+    let els = branch(&mut b, q, p);
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els,
+    });
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(j)));
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(-1), Operand::I64(1), Operand::Var(m)],
+        ),
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(j),
+            index: Operand::Var(k),
+            slot: 0,
+        },
+    );
+    let z = b.let1(
+        Ty::F64,
+        "z",
+        Op::Load {
+            array: Operand::Var(built),
+            index: Operand::I64(2),
+            slot: 0,
+        },
+    );
+    let r = b.let1(
+        Ty::F64,
+        "r",
+        Op::Binary(BinOp::FAdd, Operand::Var(y), Operand::Var(z)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    b.finish(spec(0), vec![x, p, q], layout(&[Ty::F64]))
+}
+
+#[test]
+fn small_arrays_behind_a_length_check_and_joined_by_a_variable_become_scalars() {
+    let mut p = program(vec![small_arrays_behind_a_check_and_a_join()]);
+    verify(&p).unwrap();
+    passes::scalar_optimise(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The check stays; the build of `n` elements is three loads of `x` (its count is 3 once
+    // the check holds), the join is a variable per element, and no array is made.
+    assert!(text.contains("vl_length_fail"), "{text}");
+    assert!(
+        !text.contains("new array") && !text.contains("build") && !text.contains("length j"),
+        "{text}"
+    );
+    assert!(text.contains("load x[2i].0"), "{text}");
+    assert!(!text.contains("vl_index_i"), "{text}");
+}

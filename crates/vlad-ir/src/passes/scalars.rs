@@ -10,7 +10,9 @@
 //! `replace`: an array of a constant count that is only stored into, right after it is made,
 //! and read, at constant indices, is no array at all: each read is the value stored. What a C
 //! programmer writes as three scalars (a cross product, a rotated point, the slice of a
-//! camera's parameters) is then three scalars here too, with no allocation.
+//! camera's parameters) is then three scalars here too, with no allocation. So is a variable
+//! that joins such arrays (each branch of an `if` makes one: the rotation of a point with a
+//! zero and a non-zero angle) and is read at constant indices: a variable per element.
 
 use crate::ir::*;
 use std::collections::{HashMap, HashSet};
@@ -97,43 +99,72 @@ pub fn unroll(f: &mut Function) {
 /// Replaces the small arrays of a function that are only stored into and read at constant
 /// indices.
 pub fn replace(f: &mut Function) {
-    let mut wanted = candidates(&f.body);
-    // What each element's slot holds: the operand stored; an array with a read of a slot that
-    // was not stored is left alone (`candidates` should not let one through).
-    let mut stored: HashMap<(Var, i64, u32), Operand> = HashMap::new();
-    walk(&f.body, &mut |s| {
-        if let Stmt::Store {
-            array: Operand::Var(a),
-            index: Operand::I64(k),
-            slot,
-            value,
-        } = s
-        {
-            if wanted.contains(a) {
-                stored.insert((*a, *k, *slot), value.clone());
-            }
+    // The joins and their arrays are replaced together: a join whose arrays are not all
+    // replaced is dropped, and the arrays are chosen again without it.
+    let mut joins = joins(&f.body);
+    let (wanted, stored) = loop {
+        let (wanted, stored) = chosen(&f.body, &joins);
+        let before = joins.len();
+        joins.retain(|_, (_, sources)| sources.iter().all(|b| wanted.contains(b)));
+        if joins.len() == before {
+            break (wanted, stored);
         }
-    });
-    walk(&f.body, &mut |s| {
-        if let Stmt::Let(
-            _,
-            Op::Load {
-                array: Operand::Var(a),
-                index,
-                slot,
-            },
-        ) = s
-        {
-            let known = matches!(index, Operand::I64(k) if stored.contains_key(&(*a, *k, *slot)));
-            if !known {
-                wanted.remove(a);
-            }
-        }
-    });
+    };
     if wanted.is_empty() {
         return;
     }
+    // A variable for each element's slot of each join.
+    let mut scalars: HashMap<(Var, i64, u32), Var> = HashMap::new();
+    for (v, (n, _)) in &joins {
+        let Ty::Array(layout) = f.vars[v.0 as usize].ty.clone() else {
+            continue;
+        };
+        let name = f.vars[v.0 as usize].name.clone();
+        for k in 0..*n {
+            for (slot, ty) in layout.iter().enumerate() {
+                let x = fresh_var(&mut f.vars, ty.clone(), &format!("{name}_{k}_"));
+                scalars.insert((*v, k, slot as u32), x);
+            }
+        }
+    }
+    let elements = |v: Var| {
+        let mut xs: Vec<(i64, u32, Var)> = scalars
+            .iter()
+            .filter(|((w, ..), _)| *w == v)
+            .map(|((_, k, slot), x)| (*k, *slot, *x))
+            .collect();
+        xs.sort_unstable();
+        xs
+    };
     flat_map(&mut f.body, &mut |s| match s {
+        Stmt::Declare(vs) if vs.iter().any(|v| joins.contains_key(v)) => {
+            let mut out = Vec::new();
+            for v in vs {
+                if joins.contains_key(&v) {
+                    out.extend(elements(v).into_iter().map(|(_, _, x)| x));
+                } else {
+                    out.push(v);
+                }
+            }
+            vec![Stmt::Declare(out)]
+        }
+        Stmt::Set(v, Operand::Var(b)) if joins.contains_key(&v) => elements(v)
+            .into_iter()
+            .map(|(k, slot, x)| Stmt::Set(x, stored[&(b, k, slot)].clone()))
+            .collect(),
+        Stmt::Let(
+            vs,
+            Op::Load {
+                array: Operand::Var(a),
+                index: Operand::I64(k),
+                slot,
+            },
+        ) if joins.contains_key(&a) => {
+            vec![Stmt::Let(
+                vs,
+                Op::Copy(Operand::Var(scalars[&(a, k, slot)])),
+            )]
+        }
         Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 && wanted.contains(&vs[0]) => {
             vec![]
         }
@@ -155,10 +186,53 @@ pub fn replace(f: &mut Function) {
     });
 }
 
+/// What each slot of each element of the arrays to replace holds.
+type Stored = HashMap<(Var, i64, u32), Operand>;
+
+/// The arrays to replace (`candidates`) whose every read is of a slot stored, and what each
+/// element's slot holds: the operand stored.
+fn chosen(body: &Block, joins: &HashMap<Var, (i64, Vec<Var>)>) -> (HashSet<Var>, Stored) {
+    let mut wanted = candidates(body, joins);
+    let mut stored: Stored = HashMap::new();
+    walk(body, &mut |s| {
+        if let Stmt::Store {
+            array: Operand::Var(a),
+            index: Operand::I64(k),
+            slot,
+            value,
+        } = s
+        {
+            if wanted.contains(a) {
+                stored.insert((*a, *k, *slot), value.clone());
+            }
+        }
+    });
+    // An array with a read of a slot that was not stored is left alone (`candidates` should
+    // not let one through).
+    walk(body, &mut |s| {
+        if let Stmt::Let(
+            _,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                slot,
+            },
+        ) = s
+        {
+            let known = matches!(index, Operand::I64(k) if stored.contains_key(&(*a, *k, *slot)));
+            if !known {
+                wanted.remove(a);
+            }
+        }
+    });
+    (wanted, stored)
+}
+
 /// The arrays to replace: made with a constant count no larger than `MAX_COUNT`, every slot of
 /// every element stored once, in order, in the block that makes the array and before anything
-/// reads it, and used otherwise only by loads at constant indices below the count.
-fn candidates(body: &Block) -> HashSet<Var> {
+/// reads it, and used otherwise only by loads at constant indices below the count, and by the
+/// assignments of `joins`.
+fn candidates(body: &Block, joins: &HashMap<Var, (i64, Vec<Var>)>) -> HashSet<Var> {
     // Each array made with a small constant count: its count, slots, and the number of stores
     // in order that filled it.
     let mut made: HashMap<Var, (i64, usize, usize)> = HashMap::new();
@@ -191,7 +265,24 @@ fn candidates(body: &Block) -> HashSet<Var> {
             }
             bad.extend(index.var());
         }
+        Stmt::Set(v, Operand::Var(_)) if joins.contains_key(v) => {}
         _ => bad.extend(stmt_operands(s).iter().filter_map(|x| x.var())),
+    });
+    // The values stored into a join's arrays are read where the join is assigned: they must
+    // not change in between.
+    let changing = crate::passes::simplify::mutable(body);
+    walk(body, &mut |s| {
+        if let Stmt::Store {
+            array: Operand::Var(a),
+            value,
+            ..
+        } = s
+        {
+            let joined = joins.values().any(|(_, sources)| sources.contains(a));
+            if joined && value.var().is_some_and(|x| changing.contains(&x)) {
+                bad.insert(*a);
+            }
+        }
     });
     made.into_iter()
         .filter(|(a, (n, slots, filled))| {
@@ -200,6 +291,61 @@ fn candidates(body: &Block) -> HashSet<Var> {
         })
         .map(|(a, _)| a)
         .collect()
+}
+
+/// The declared array variables assigned only arrays made with one constant count (at most
+/// `MAX_COUNT`) and read only by loads at constant indices below it: each with its count and
+/// the arrays assigned to it.
+fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
+    let mut counts: HashMap<Var, i64> = HashMap::new();
+    let mut declared: HashSet<Var> = HashSet::new();
+    walk(body, &mut |s| match s {
+        Stmt::Let(
+            vs,
+            Op::NewArray {
+                count: Operand::I64(n),
+                ..
+            },
+        ) if vs.len() == 1 && (0..=MAX_COUNT).contains(n) => {
+            counts.insert(vs[0], *n);
+        }
+        Stmt::Declare(vs) => declared.extend(vs),
+        _ => {}
+    });
+    let mut joins: HashMap<Var, (i64, Vec<Var>)> = HashMap::new();
+    let mut bad: HashSet<Var> = HashSet::new();
+    walk(body, &mut |s| match s {
+        Stmt::Set(v, x) => match x.var().and_then(|b| Some((b, *counts.get(&b)?))) {
+            Some((b, n)) if declared.contains(v) => {
+                let e = joins.entry(*v).or_insert((n, Vec::new()));
+                if e.0 != n {
+                    bad.insert(*v);
+                }
+                e.1.push(b);
+            }
+            _ => {
+                bad.insert(*v);
+                bad.extend(x.var());
+            }
+        },
+        Stmt::Let(
+            _,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                ..
+            },
+        ) => {
+            let in_range = matches!(index, Operand::I64(k)
+                if joins.get(a).is_some_and(|(n, _)| 0 <= *k && k < n));
+            if !in_range {
+                bad.insert(*a);
+            }
+        }
+        _ => bad.extend(stmt_operands(s).iter().filter_map(|x| x.var())),
+    });
+    joins.retain(|v, _| !bad.contains(v));
+    joins
 }
 
 /// Finds the arrays made in `block` and its nested blocks, and counts the stores that fill

@@ -41,6 +41,7 @@ pub fn function(f: &mut Function) {
         nonempty: Vec::new(),
     };
     let mut body = std::mem::take(&mut f.body);
+    cx.lengths.extend(joined_lengths(&body));
     cx.block(&mut body);
     dead_code(&mut body);
     let mut uses = HashMap::new();
@@ -48,6 +49,48 @@ pub fn function(f: &mut Function) {
     sink(&mut body, &uses);
     f.body = body;
     f.vars = cx.vars;
+}
+
+/// The declared variables that are only ever assigned arrays made with one constant count: each
+/// has that length wherever it is read (where branches that each make a small array join).
+fn joined_lengths(body: &Block) -> HashMap<Var, i64> {
+    let mut counts: HashMap<Var, i64> = HashMap::new();
+    let mut declared: HashSet<Var> = HashSet::new();
+    walk(body, &mut |s| match s {
+        Stmt::Let(
+            vs,
+            Op::NewArray {
+                count: Operand::I64(n),
+                ..
+            },
+        ) if vs.len() == 1 => {
+            counts.insert(vs[0], *n);
+        }
+        Stmt::Build {
+            array,
+            count: Operand::I64(n),
+            ..
+        } => {
+            counts.insert(*array, *n);
+        }
+        Stmt::Declare(vs) => declared.extend(vs),
+        _ => {}
+    });
+    let mut joined: HashMap<Var, Option<i64>> = HashMap::new();
+    walk(body, &mut |s| {
+        if let Stmt::Set(v, x) = s {
+            let n = x.var().and_then(|b| counts.get(&b).copied());
+            let e = joined.entry(*v).or_insert(n);
+            if *e != n {
+                *e = None;
+            }
+        }
+    });
+    joined
+        .into_iter()
+        .filter(|(v, _)| declared.contains(v))
+        .filter_map(|(v, n)| Some((v, n?)))
+        .collect()
 }
 
 struct Cx {
@@ -65,7 +108,8 @@ struct Cx {
     /// Pure operations computed so far, innermost scope last: a later equal operation in the
     /// same scope or a nested one reads the earlier result.
     avail: Vec<HashMap<String, Var>>,
-    /// Arrays whose length is a constant (built with a constant count).
+    /// Arrays whose length is a constant (built with a constant count, or a join of such
+    /// arrays: `joined_lengths`).
     lengths: HashMap<Var, i64>,
     /// Reals that are integers computed as such too (`integer_sum`).
     integers: HashMap<Var, Operand>,
@@ -171,7 +215,8 @@ impl Cx {
 
     /// What a check tells the rest of its block: after `if c {} else {fail}` (a branch that
     /// never returns), `c` is true, and so are both operands of an `and` it is; an integer
-    /// equality that is true makes the later uses of its second operand read the first (the
+    /// equality with a constant that is true makes the later uses of the variable read the
+    /// constant, and one of two operands makes the later uses of the second read the first (the
     /// index checks against the length of one of two arrays of equal length, which `bundle`
     /// or `same-length` checked, are then proved by a loop over the other).
     fn learn_check(&mut self, s: &Stmt) {
@@ -212,6 +257,14 @@ impl Cx {
                 }
             }
             Some(Op::Unary(UnOp::Not, Operand::Var(x))) => self.learn_truth(x, !holds, depth + 1),
+            // An integer checked equal to a constant is the constant (a vector operation's
+            // check that its arguments have the 3 elements of a point: its loops then have a
+            // constant count, which `scalars` unrolls).
+            Some(Op::Binary(BinOp::IEq, Operand::Var(a), c @ Operand::I64(_)))
+                if holds && !self.assigned.contains(&a) =>
+            {
+                self.add_fact(a, c);
+            }
             Some(Op::Binary(BinOp::IEq, a, Operand::Var(b)))
                 if holds && self.is_fixed(&a) && Operand::Var(b) != a =>
             {
