@@ -601,6 +601,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("array-lengths", "5\n"),
     ("array-dot", "4\n"),
     ("small-vectors", "2\n"),
+    ("forward-small-vectors", "0.5\n"),
     ("forward-grad-dot", "4\n"),
     ("forward-grad-lse", "5\n"),
 ];

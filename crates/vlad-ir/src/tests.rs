@@ -1898,3 +1898,198 @@ fn small_arrays_behind_a_length_check_and_joined_by_a_variable_become_scalars() 
     assert!(text.contains("load x[2i].0"), "{text}");
     assert!(!text.contains("vl_index_i"), "{text}");
 }
+
+/// `f1(x: f64) -> (array, array)`: a forward array of three elements, `(x k, k)` for `k < 3`,
+/// made as `vlad-lower` makes one, two new arrays filled by a `for` loop side by side, after
+/// `extra` statements of arithmetic (to weigh the callee); with `third`, a third array of
+/// `k + 1` filled beside them and returned too.
+fn forward_triple(extra: usize, third: bool) -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let x = b.named_var(Ty::F64, "x".into());
+    let mut y = x;
+    for _ in 0..extra {
+        y = b.let1(
+            Ty::F64,
+            "w",
+            Op::Binary(BinOp::FMul, Operand::Var(y), Operand::F64(1.5)),
+        );
+    }
+    let new = |b: &mut Builder, name: &str| {
+        b.let1(
+            arr.clone(),
+            name,
+            Op::NewArray {
+                layout: layout(&[Ty::F64]),
+                count: Operand::I64(3),
+            },
+        )
+    };
+    let mut made = vec![new(&mut b, "p"), new(&mut b, "t")];
+    if third {
+        made.push(new(&mut b, "u"));
+    }
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let k = b.let1(Ty::F64, "k", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let xk = b.let1(
+        Ty::F64,
+        "xk",
+        Op::Binary(BinOp::FMul, Operand::Var(y), Operand::Var(k)),
+    );
+    let k1 = b.let1(
+        Ty::F64,
+        "k",
+        Op::Binary(BinOp::FAdd, Operand::Var(k), Operand::F64(1.0)),
+    );
+    for (a, v) in made.iter().zip([xk, k, k1]) {
+        b.push(Stmt::Store {
+            array: Operand::Var(*a),
+            index: Operand::Var(i),
+            slot: 0,
+            value: Operand::Var(v),
+        });
+    }
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::I64(3),
+        body,
+    });
+    b.push(Stmt::Return(
+        made.iter().map(|a| Operand::Var(*a)).collect(),
+    ));
+    let results: Vec<Ty> = made.iter().map(|_| arr.clone()).collect();
+    b.finish(spec(1), vec![x], layout(&results))
+}
+
+/// `f0(a, b) -> f64`: calls `f1` on `a` and on `b` and returns the sum of element 2 of the
+/// first's primal array and element 1 of the second's tangent array.
+fn two_calls_of_forward_triple() -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let (a, c) = (
+        b.named_var(Ty::F64, "a".into()),
+        b.named_var(Ty::F64, "b".into()),
+    );
+    let read = |b: &mut Builder, x: Var, which: usize, k: i64| {
+        let (p, t) = (b.var(arr.clone(), "p"), b.var(arr.clone(), "t"));
+        b.push(Stmt::Let(
+            vec![p, t],
+            Op::Call {
+                func: FuncId(1),
+                args: vec![Operand::Var(x)],
+                guard: None,
+            },
+        ));
+        b.let1(
+            Ty::F64,
+            "e",
+            Op::Load {
+                array: Operand::Var([p, t][which]),
+                index: Operand::I64(k),
+                slot: 0,
+            },
+        )
+    };
+    let first = read(&mut b, a, 0, 2);
+    let second = read(&mut b, c, 1, 1);
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(first), Operand::Var(second)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    b.finish(spec(0), vec![a, c], layout(&[Ty::F64]))
+}
+
+#[test]
+fn a_loop_filling_small_arrays_side_by_side_is_unrolled_and_the_arrays_become_scalars() {
+    // Three arrays filled side by side (two rounds of `scalar_optimise` would replace two
+    // arrays filled one at a time).
+    let mut p = program(vec![forward_triple(0, true)]);
+    let f = p.func_mut(FuncId(0));
+    f.kind = spec(0);
+    // Read element 2 of each array before returning them, as a caller would once inlined.
+    let ret = f.body.pop().expect("a return");
+    let Stmt::Return(xs) = ret else {
+        panic!("not a return")
+    };
+    let mut reads = Vec::new();
+    for x in &xs {
+        let e = f.new_var(Ty::F64, "e");
+        f.body.push(Stmt::Let(
+            vec![e],
+            Op::Load {
+                array: x.clone(),
+                index: Operand::I64(2),
+                slot: 0,
+            },
+        ));
+        reads.push(e);
+    }
+    let s = f.new_var(Ty::F64, "s");
+    f.body.push(Stmt::Let(
+        vec![s],
+        Op::Binary(BinOp::FAdd, Operand::Var(reads[0]), Operand::Var(reads[1])),
+    ));
+    let s = {
+        let t = f.new_var(Ty::F64, "s");
+        f.body.push(Stmt::Let(
+            vec![t],
+            Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(reads[2])),
+        ));
+        t
+    };
+    f.body.push(Stmt::Return(vec![Operand::Var(s)]));
+    f.results = layout(&[Ty::F64]);
+    verify(&p).unwrap();
+    passes::scalar_optimise(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(
+        !text.contains("for ") && !text.contains("new array") && !text.contains("load"),
+        "{text}"
+    );
+    assert!(text.contains("fmul x, 2.0"), "{text}");
+}
+
+#[test]
+fn a_callee_that_returns_small_arrays_is_inlined_at_each_call_and_its_arrays_replaced() {
+    // Larger than `MAX_SIZE` (the limit of a callee called twice), within the limit of one
+    // that returns only small arrays it made.
+    let extra = passes::inline::MAX_SIZE + 10;
+    let mut p = program(vec![
+        two_calls_of_forward_triple(),
+        forward_triple(extra, false),
+    ]);
+    verify(&p).unwrap();
+    passes::inline::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("call f1"), "{text}");
+    assert!(
+        !text.contains("new array") && !text.contains("load"),
+        "{text}"
+    );
+    // A callee that returns an array of a count not known stays a call.
+    let mut p = program(vec![
+        two_calls_of_forward_triple(),
+        forward_triple(extra, false),
+    ]);
+    let callee = p.func_mut(FuncId(1));
+    let x = callee.params[0];
+    let n = callee.new_var(Ty::I64, "n");
+    callee.body.insert(
+        0,
+        Stmt::Let(vec![n], Op::Unary(UnOp::F64ToI64, Operand::Var(x))),
+    );
+    walk_mut(&mut callee.body, &mut |s| {
+        if let Stmt::Let(_, Op::NewArray { count, .. }) = s {
+            *count = Operand::Var(n);
+        }
+    });
+    verify(&p).unwrap();
+    passes::inline::run(&mut p);
+    assert!(crate::print::function(&p, FuncId(0)).contains("call f1"));
+}

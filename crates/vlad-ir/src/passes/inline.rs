@@ -31,6 +31,45 @@ pub const MAX_SIZE: usize = 40;
 /// grow: the original is dropped, `passes::dead`).
 pub const MAX_SIZE_ONCE: usize = 400;
 
+/// The largest callee inlined that returns only small arrays it made (a cross product, a
+/// rotated point, their forward versions' two arrays): inlined, its arrays are its caller's
+/// scalars (`passes::scalars`); called, each is an allocation and loads through memory.
+pub const MAX_SIZE_SMALL_ARRAYS: usize = 160;
+
+/// Whether every result of a function is an array it made with a constant count of at most
+/// `scalars::MAX_COUNT`, at each of its returns.
+fn returns_small_arrays(f: &Function) -> bool {
+    if f.results.is_empty() || !f.results.iter().all(|t| matches!(t, Ty::Array(_))) {
+        return false;
+    }
+    let mut small = std::collections::HashSet::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Let(
+            vs,
+            Op::NewArray {
+                count: Operand::I64(n),
+                ..
+            },
+        ) = s
+        {
+            if *n <= super::scalars::MAX_COUNT {
+                small.extend(vs.iter().copied());
+            }
+        }
+    });
+    let mut yes = true;
+    walk(&f.body, &mut |s| match s {
+        Stmt::Return(xs) => {
+            yes &= xs
+                .iter()
+                .all(|x| x.var().is_some_and(|v| small.contains(&v)));
+        }
+        Stmt::TailCall { .. } => yes = false,
+        _ => {}
+    });
+    yes
+}
+
 pub fn run(p: &mut Program) {
     let allocating = marks::allocating(p);
     let edges = call_graph(p);
@@ -90,6 +129,8 @@ pub fn run(p: &mut Program) {
                 || callees(&f.body).iter().any(|c| allocates[c.0 as usize]);
             let limit = if calls[id] == 1 {
                 MAX_SIZE_ONCE
+            } else if returns_small_arrays(f) {
+                MAX_SIZE_SMALL_ARRAYS
             } else {
                 MAX_SIZE
             };

@@ -20,9 +20,9 @@ use std::collections::{HashMap, HashSet};
 /// The largest count unrolled.
 pub const MAX_COUNT: i64 = 16;
 
-/// The largest loop body unrolled, in statements (`code_size`): a three-way `cond` on the
-/// index, as in a cross product.
-pub const MAX_BODY: usize = 32;
+/// The largest loop unrolled, in statements (`code_size` of the body times the count): a
+/// three-way `cond` on the index, as in a cross product and its forward version.
+pub const MAX_UNROLLED: usize = 512;
 
 /// Unrolls the small loops of a function.
 pub fn unroll(f: &mut Function) {
@@ -37,7 +37,7 @@ pub fn unroll(f: &mut Function) {
                 body,
                 elem,
             } if (0..=MAX_COUNT).contains(&n)
-                && code_size(&body) <= MAX_BODY
+                && (n as usize) * code_size(&body) <= MAX_UNROLLED
                 && !layout.iter().any(Ty::holds_pointer) =>
             {
                 // Only elements without pointers: a step of a loop that stores pointers keeps
@@ -71,7 +71,9 @@ pub fn unroll(f: &mut Function) {
                 index,
                 body,
                 next,
-            } if (0..=MAX_COUNT).contains(&n) && code_size(&body) <= MAX_BODY => {
+            } if (0..=MAX_COUNT).contains(&n)
+                && (n as usize) * code_size(&body) <= MAX_UNROLLED =>
+            {
                 let mut out = Vec::new();
                 let mut current = init;
                 for k in 0..n {
@@ -90,10 +92,56 @@ pub fn unroll(f: &mut Function) {
                 }
                 out
             }
+            // A loop that fills arrays element by element (forward arrays are two arrays,
+            // `vlad-lower`'s `array_loop`), if it only stores numbers and leaves no way out.
+            Stmt::For {
+                index,
+                count: Operand::I64(n),
+                body,
+            } if (0..=MAX_COUNT).contains(&n)
+                && (n as usize) * code_size(&body) <= MAX_UNROLLED
+                && straight(&body, &vars) =>
+            {
+                let mut out = Vec::new();
+                for k in 0..n {
+                    let (copy, renamed) = copy_fresh(&body, &[index], &mut vars);
+                    out.push(Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(k))));
+                    out.extend(copy);
+                }
+                out
+            }
             other => vec![other],
         });
         f.vars = vars;
     }
+}
+
+/// Whether a loop body runs to its end (no `return`, `continue` or nested loop) and stores
+/// no pointer, so that its copies one after another do what its iterations did.
+fn straight(body: &Block, vars: &[VarInfo]) -> bool {
+    let mut yes = true;
+    walk(body, &mut |s| match s {
+        Stmt::Return(_)
+        | Stmt::TailCall { .. }
+        | Stmt::Continue
+        | Stmt::Loop(_)
+        | Stmt::For { .. }
+        | Stmt::Build { .. }
+        | Stmt::Ifold { .. }
+        | Stmt::MachineCall { .. }
+        | Stmt::MachineTailCall { .. }
+        | Stmt::Member { .. } => yes = false,
+        Stmt::Store { value, .. } => {
+            let pointer = match value {
+                Operand::Var(v) => vars[v.0 as usize].ty.holds_pointer(),
+                Operand::Null | Operand::Global(_) | Operand::Str(_) => true,
+                _ => false,
+            };
+            yes &= !pointer;
+        }
+        _ => {}
+    });
+    yes
 }
 
 /// Replaces the small arrays of a function that are only stored into and read at constant
@@ -352,7 +400,9 @@ fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
 /// each in order at the top of the block that makes it; an array read before it is filled is
 /// `bad`.
 fn fill(block: &Block, made: &mut HashMap<Var, (i64, usize, usize)>, bad: &mut HashSet<Var>) {
-    let mut filling: Option<Var> = None;
+    // The arrays made in this block and not yet filled (several at once: the two arrays of a
+    // forward array are filled element by element side by side).
+    let mut filling: Vec<Var> = Vec::new();
     for s in block {
         if let Stmt::Let(
             vs,
@@ -364,19 +414,32 @@ fn fill(block: &Block, made: &mut HashMap<Var, (i64, usize, usize)>, bad: &mut H
         {
             if vs.len() == 1 && (0..=MAX_COUNT).contains(n) {
                 made.insert(vs[0], (*n, layout.len(), 0));
-                filling = Some(vs[0]);
+                if *n > 0 && !layout.is_empty() {
+                    filling.push(vs[0]);
+                }
                 continue;
             }
         }
-        if let Some(a) = filling {
-            let (n, slots, done) = made[&a];
-            let next = matches!(s, Stmt::Store { array: Operand::Var(b), index: Operand::I64(k), slot, .. }
-                if *b == a && *k < n && done == (*k as usize) * slots + *slot as usize);
-            if next {
-                made.get_mut(&a).expect("made").2 += 1;
-                continue;
+        if let Stmt::Store {
+            array: Operand::Var(b),
+            index: Operand::I64(k),
+            slot,
+            ..
+        } = s
+        {
+            if filling.contains(b) {
+                let (n, slots, done) = made[b];
+                if *k < n && done == (*k as usize) * slots + *slot as usize {
+                    made.get_mut(b).expect("made").2 += 1;
+                    if done + 1 == (n as usize) * slots {
+                        filling.retain(|a| a != b);
+                    }
+                    continue;
+                }
             }
-            if done < (n as usize) * slots && reads(s, a) {
+        }
+        for &a in &filling {
+            if reads(s, a) {
                 bad.insert(a);
             }
         }
