@@ -1480,6 +1480,18 @@ fn compiled_errors_match_the_evaluator() {
              (ifold (lambda (s i) (+ s (get v (+ i 1)))) 0 2)\n\
              (ifold (lambda (s i) (+ s (get v (- i 1)))) 0 (real 3))\n",
         ),
+        // A read at a constant index that the loop does not change: checked once before the
+        // loop (`simplify`'s code motion), at the read's position, unless the body acts first.
+        (
+            "invariant-index.vlad",
+            "(define v (build (real 3) (lambda (i) i)))\n(write-real 1)\n\
+             (build (real 400) (lambda (i) (+ i (get v 5))))\n",
+        ),
+        (
+            "invariant-after-output.vlad",
+            "(define v (build (real 3) (lambda (i) i)))\n\
+             (build (real 400) (lambda (i) (+ (write-real i) (get v 5))))\n",
+        ),
         (
             "offset-small.vlad",
             "(define v (build 3 (lambda (i) i)))\n(ifold (lambda (s i) (+ s (get v (- i 1)))) 0 3)\n",

@@ -2093,3 +2093,109 @@ fn a_callee_that_returns_small_arrays_is_inlined_at_each_call_and_its_arrays_rep
     passes::inline::run(&mut p);
     assert!(crate::print::function(&p, FuncId(0)).contains("call f1"));
 }
+
+/// `f0(a, p, n)`: `build n (i) { site 5; k = check 2 < length a; x = a[k]; c = p > 0;
+/// if c { s = sqrt p; e = s * i } else { e = i }; elem x * e }`: what a pass of forward
+/// `jacob` does at each direction, reading its input at constant indices and branching on a
+/// value of the primal.
+fn loop_reading_a_constant_index_and_branching_on_an_invariant() -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let a = b.named_var(arr.clone(), "a".into());
+    let p = b.named_var(Ty::F64, "p".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    b.push(Stmt::Site(5));
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(a)));
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(-1), Operand::I64(2), Operand::Var(m)],
+        ),
+    );
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::Var(k),
+            slot: 0,
+        },
+    );
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FGt, Operand::Var(p), Operand::F64(0.0)),
+    );
+    let e = b.var(Ty::F64, "e");
+    b.push(Stmt::Declare(vec![e]));
+    b.open();
+    let s = b.let1(Ty::F64, "s", Op::Unary(UnOp::Sqrt, Operand::Var(p)));
+    let se = b.let1(
+        Ty::F64,
+        "se",
+        Op::Binary(BinOp::FMul, Operand::Var(s), Operand::Var(r)),
+    );
+    b.push(Stmt::Set(e, Operand::Var(se)));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els: vec![Stmt::Set(e, Operand::Var(r))],
+    });
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FMul, Operand::Var(x), Operand::Var(e)),
+    );
+    let body = b.close();
+    let out = b.var(arr, "out");
+    b.push(Stmt::Build {
+        array: out,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(y)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(out)]));
+    let f = b.finish(
+        spec(0),
+        vec![a, p, n],
+        layout(&[Ty::Array(layout(&[Ty::F64]))]),
+    );
+    let _ = x;
+    f
+}
+
+#[test]
+fn an_invariant_check_and_the_invariant_arithmetic_of_a_branch_leave_the_loop() {
+    let mut p = program(vec![
+        loop_reading_a_constant_index_and_branching_on_an_invariant(),
+    ]);
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    p.sites = vec![site; 6];
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {text}"))
+    };
+    // The check (with the site it had in the loop), the read it guards and the square root
+    // run once, before the loop, the check and the read only if the loop runs.
+    assert!(at("rt vl_index_i(5i, 2i") < at("= build"), "{text}");
+    assert!(at("load a[") < at("= build"), "{text}");
+    assert!(at("= sqrt p") < at("= build"), "{text}");
+    assert!(at("= ilt 0i, n") < at("rt vl_index_i"), "{text}");
+    // What reads the index stays.
+    assert!(at("= build") < at("fmul"), "{text}");
+}

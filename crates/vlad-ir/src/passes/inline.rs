@@ -29,7 +29,7 @@ pub const MAX_SIZE: usize = 40;
 
 /// The largest callee inlined where it is the only call of the callee (the program does not
 /// grow: the original is dropped, `passes::dead`).
-pub const MAX_SIZE_ONCE: usize = 400;
+pub const MAX_SIZE_ONCE: usize = 1000;
 
 /// The largest callee inlined that returns only small arrays it made (a cross product, a
 /// rotated point, their forward versions' two arrays): inlined, its arrays are its caller's

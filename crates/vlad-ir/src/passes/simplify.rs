@@ -285,6 +285,105 @@ impl Cx {
         }
     }
 
+    /// Loop-invariant code motion out of an `if` of a loop's body on a condition the loop does
+    /// not change: the arithmetic at the top level of its branches that reads only what the
+    /// loop does not change (`inside` are the variables the loop defines) leaves the loop, in
+    /// an `if` on the same condition before it, its results passed on in joins (the primal
+    /// half of a forward pass through `(if (= theta 0) ...)`, computed once for all the
+    /// directions of `jacob`). Not where the condition or the arithmetic reads what the loop's
+    /// guarded reads define (`guarded`). Returns what goes before the loop.
+    fn split_if(
+        &mut self,
+        t: &mut Stmt,
+        inside: &HashSet<Var>,
+        guarded: &HashSet<Var>,
+    ) -> Vec<Stmt> {
+        let Stmt::If { cond, then, els } = t else {
+            return Vec::new();
+        };
+        let outside = |x: &Operand, own: &HashSet<Var>, s: &Self| match x {
+            Operand::Var(v) => {
+                own.contains(v) || (s.is_fixed(x) && !inside.contains(v) && !guarded.contains(v))
+            }
+            _ => true,
+        };
+        if !outside(cond, &HashSet::new(), self) {
+            return Vec::new();
+        }
+        let mut pre: [Block; 2] = [Vec::new(), Vec::new()];
+        let mut branches = [then, els];
+        for (b, branch) in branches.iter_mut().enumerate() {
+            let mut own: HashSet<Var> = HashSet::new();
+            let mut rest = Vec::with_capacity(branch.len());
+            for u in std::mem::take(&mut **branch) {
+                let leaves = match &u {
+                    Stmt::Let(vs, op @ (Op::Unary(..) | Op::Binary(..) | Op::Copy(_))) => {
+                        vs.len() == 1
+                            && !matches!(op, Op::Unary(UnOp::F64ToI64, _))
+                            && op_operands(op).iter().all(|x| outside(x, &own, self))
+                    }
+                    _ => false,
+                };
+                if leaves {
+                    own.extend(stmt_defs(&u));
+                    pre[b].push(u);
+                } else {
+                    rest.push(u);
+                }
+            }
+            **branch = rest;
+        }
+        if pre.iter().all(|p| p.is_empty()) {
+            return Vec::new();
+        }
+        // Each result the rest of its branch reads, through a variable of the join.
+        let mut map: HashMap<Var, Var> = HashMap::new();
+        let mut joins: Vec<Var> = Vec::new();
+        let mut sets: [Block; 2] = [Vec::new(), Vec::new()];
+        for b in 0..2 {
+            let mut used: HashSet<Var> = HashSet::new();
+            walk(branches[b], &mut |u| {
+                used.extend(stmt_operands(u).iter().filter_map(|x| x.var()))
+            });
+            for v in pre[b].iter().flat_map(stmt_defs) {
+                if !used.contains(&v) {
+                    continue;
+                }
+                let info = self.vars[v.0 as usize].clone();
+                let e = fresh_var(&mut self.vars, info.ty.clone(), &copy_prefix(&info.name));
+                sets[b].push(Stmt::Set(e, Operand::Var(v)));
+                sets[1 - b].push(Stmt::Set(e, Operand::placeholder(&info.ty)));
+                map.insert(v, e);
+                joins.push(e);
+            }
+        }
+        for branch in branches.iter_mut() {
+            walk_mut(branch, &mut |u| {
+                for x in stmt_operands_mut(u) {
+                    if let Operand::Var(v) = x {
+                        if let Some(e) = map.get(v) {
+                            *v = *e;
+                        }
+                    }
+                }
+            });
+        }
+        let [mut pre_then, mut pre_els] = pre;
+        let [sets_then, sets_els] = sets;
+        pre_then.extend(sets_then);
+        pre_els.extend(sets_els);
+        let mut out = Vec::new();
+        if !joins.is_empty() {
+            out.push(Stmt::Declare(joins));
+        }
+        out.push(Stmt::If {
+            cond: cond.clone(),
+            then: pre_then,
+            els: pre_els,
+        });
+        out
+    }
+
     /// Loop-invariant code motion: the operations at the top of a loop's body that can
     /// neither fail nor write and read nothing the loop defines, taken out to run before it
     /// (a length, arithmetic on what the loop does not change).
@@ -315,8 +414,24 @@ impl Cx {
         // Until the first statement that may fail or act, the body only computes: a read there
         // is in range whenever the loop runs (no check inside the loop guards it).
         let mut prefix = self.is_fixed(&count);
+        // The site the body has set before the statement, where it is known (a check that
+        // leaves the loop reports its error at the site it would have in the loop).
+        let mut site: Option<u32> = None;
         let mut kept = Vec::with_capacity(body.len());
-        for t in std::mem::take(body) {
+        for mut t in std::mem::take(body) {
+            match &t {
+                Stmt::Site(n) => site = Some(*n),
+                _ if !children(&t).is_empty() => {
+                    let mut sets = false;
+                    walk(std::slice::from_ref(&t), &mut |u| {
+                        sets |= matches!(u, Stmt::Site(_))
+                    });
+                    if sets {
+                        site = None;
+                    }
+                }
+                _ => {}
+            }
             let reads_ok = |x: &Operand, own: &HashSet<Var>| match x {
                 Operand::Var(v) => {
                     own.contains(v)
@@ -354,10 +469,39 @@ impl Cx {
                         vs.len() == 1
                     }
                     Stmt::Let(vs, Op::Load { .. }) => vs.len() == 1 && prefix,
+                    // A check of what the loop does not change, before anything in the body
+                    // may fail or act: the first iteration would make it, and it holds in
+                    // every other if it holds in the first (the reads of an input vector at
+                    // constant indices in each pass of forward `jacob`).
+                    Stmt::Let(
+                        vs,
+                        Op::Rt(rt @ (Rt::Index | Rt::IndexI64 | Rt::CheckCount), args),
+                    ) => {
+                        vs.len() <= 1
+                            && prefix
+                            && rt.effects()
+                                == (crate::rt::Effects {
+                                    fails: true,
+                                    ..Default::default()
+                                })
+                            && match args.first() {
+                                Some(Operand::I64(k)) => *k >= 0 || site.is_some(),
+                                _ => false,
+                            }
+                    }
                     _ => false,
                 };
+            // Its site made explicit, as it leaves the statements that set it.
+            if movable {
+                if let (Stmt::Let(_, Op::Rt(_, args)), Some(n)) = (&mut t, site) {
+                    if let Some(Operand::I64(k @ ..0)) = args.first_mut() {
+                        *k = i64::from(n);
+                    }
+                }
+            }
+            let check = matches!(t, Stmt::Let(_, Op::Rt(..)));
             let load = matches!(t, Stmt::Let(_, Op::Load { .. }));
-            if movable && !load && !reads_guarded {
+            if movable && !load && !check && !reads_guarded {
                 for v in stmt_defs(&t) {
                     inside.remove(&v);
                 }
@@ -369,6 +513,7 @@ impl Cx {
                 if !super::fuse::pure(std::slice::from_ref(&t)) {
                     prefix = false;
                 }
+                hoisted.extend(self.split_if(&mut t, &inside, &guarded_defs));
                 kept.push(t);
             }
         }
