@@ -2094,7 +2094,8 @@ fn a_callee_that_returns_small_arrays_is_inlined_at_each_call_and_its_arrays_rep
     assert!(crate::print::function(&p, FuncId(0)).contains("call f1"));
 }
 
-/// `f0(a, p, n)`: `build n (i) { site 5; k = check 2 < length a; x = a[k]; c = p > 0;
+/// `f0(a, p, n)`: `build n (i) { site 5; m = length a; if 0 < m {} else {fail};
+/// k = check 2 < m; x = a[k]; c = p > 0;
 /// if c { s = sqrt p; e = s * i } else { e = i }; elem x * e }`: what a pass of forward
 /// `jacob` does at each direction, reading its input at constant indices and branching on a
 /// value of the primal.
@@ -2108,6 +2109,26 @@ fn loop_reading_a_constant_index_and_branching_on_an_invariant() -> Function {
     b.open();
     b.push(Stmt::Site(5));
     let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(a)));
+    let some = b.let1(
+        Ty::Bool,
+        "some",
+        Op::Binary(BinOp::ILt, Operand::I64(0), Operand::Var(m)),
+    );
+    b.open();
+    b.effect(Op::Rt(
+        Rt::LengthFail,
+        vec![
+            Operand::Str("plus".into()),
+            Operand::Var(m),
+            Operand::I64(1),
+        ],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(some),
+        then: vec![],
+        els: fail,
+    });
     let k = b.let1(
         Ty::I64,
         "k",
@@ -2193,9 +2214,13 @@ fn an_invariant_check_and_the_invariant_arithmetic_of_a_branch_leave_the_loop() 
     // The check (with the site it had in the loop), the read it guards and the square root
     // run once, before the loop, the check and the read only if the loop runs.
     assert!(at("rt vl_index_i(5i, 2i") < at("= build"), "{text}");
+    assert!(at("= ilt 0i, n") < at("rt vl_index_i"), "{text}");
     assert!(at("load a[") < at("= build"), "{text}");
     assert!(at("= sqrt p") < at("= build"), "{text}");
-    assert!(at("= ilt 0i, n") < at("rt vl_index_i"), "{text}");
+    // The check written as an `if` reports at the site the body set: its failing branch sets
+    // it.
+    assert!(text.contains("site 5\n      rt vl_length_fail"), "{text}");
+    assert!(at("vl_length_fail") < at("= build"), "{text}");
     // What reads the index stays.
     assert!(at("= build") < at("fmul"), "{text}");
 }

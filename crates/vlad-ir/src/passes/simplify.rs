@@ -51,6 +51,29 @@ pub fn function(f: &mut Function) {
     f.vars = cx.vars;
 }
 
+/// Whether a statement is a check written as an `if` whose branch fails: it only computes, and
+/// makes and reports the error's values.
+fn failing_check(s: &Stmt) -> bool {
+    let mut only = true;
+    walk(std::slice::from_ref(s), &mut |t| match t {
+        Stmt::If { .. } | Stmt::Site(_) => {}
+        Stmt::Let(_, Op::Rt(rt, _)) => only &= !rt.effects().io,
+        Stmt::Let(_, op) => only &= is_pure(op),
+        _ => only = false,
+    });
+    only && never_returns(std::slice::from_ref(s))
+}
+
+/// Whether a block reports an error somewhere (a runtime call that never returns).
+fn never_returns(b: &[Stmt]) -> bool {
+    let mut yes = false;
+    walk(
+        b,
+        &mut |t| yes |= matches!(t, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().noreturn),
+    );
+    yes
+}
+
 /// The declared variables that are only ever assigned arrays made with one constant count: each
 /// has that length wherever it is read (where branches that each make a small array join).
 fn joined_lengths(body: &Block) -> HashMap<Var, i64> {
@@ -472,7 +495,9 @@ impl Cx {
                     // A check of what the loop does not change, before anything in the body
                     // may fail or act: the first iteration would make it, and it holds in
                     // every other if it holds in the first (the reads of an input vector at
-                    // constant indices in each pass of forward `jacob`).
+                    // constant indices in each pass of forward `jacob`, a check that two
+                    // lengths agree). One that reports at the site the body set runs after
+                    // that site is set again.
                     Stmt::Let(
                         vs,
                         Op::Rt(rt @ (Rt::Index | Rt::IndexI64 | Rt::CheckCount), args),
@@ -485,21 +510,32 @@ impl Cx {
                                     ..Default::default()
                                 })
                             && match args.first() {
-                                Some(Operand::I64(k)) => *k >= 0 || site.is_some(),
+                                Some(Operand::I64(k)) => *k >= 0 || (*k == -1 && site.is_some()),
                                 _ => false,
                             }
                     }
+                    Stmt::If { .. } => prefix && site.is_some() && failing_check(&t),
                     _ => false,
                 };
-            // Its site made explicit, as it leaves the statements that set it.
-            if movable {
-                if let (Stmt::Let(_, Op::Rt(_, args)), Some(n)) = (&mut t, site) {
-                    if let Some(Operand::I64(k @ ..0)) = args.first_mut() {
-                        *k = i64::from(n);
+            let check = matches!(t, Stmt::Let(_, Op::Rt(..)) | Stmt::If { .. });
+            // The site it reported at in the loop: made explicit, or set where it fails.
+            if let (true, true, Some(n)) = (movable, check, site) {
+                match &mut t {
+                    Stmt::Let(_, Op::Rt(_, args)) => {
+                        if let Some(Operand::I64(k @ -1)) = args.first_mut() {
+                            *k = i64::from(n);
+                        }
                     }
+                    Stmt::If { then, els, .. } => {
+                        for b in [then, els] {
+                            if never_returns(b) {
+                                b.insert(0, Stmt::Site(n));
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
-            let check = matches!(t, Stmt::Let(_, Op::Rt(..)));
             let load = matches!(t, Stmt::Let(_, Op::Load { .. }));
             if movable && !load && !check && !reads_guarded {
                 for v in stmt_defs(&t) {
