@@ -163,7 +163,10 @@ pub fn replace(f: &mut Function) {
     }
     // A variable for each element's slot of each join.
     let mut scalars: HashMap<(Var, i64, u32), Var> = HashMap::new();
-    for (v, (n, _)) in &joins {
+    // In variable order: the new variables' numbers do not depend on a hash map's order.
+    let mut order: Vec<(&Var, &(i64, Vec<Var>))> = joins.iter().collect();
+    order.sort_unstable_by_key(|(v, _)| **v);
+    for (v, (n, _)) in order {
         let Ty::Array(layout) = f.vars[v.0 as usize].ty.clone() else {
             continue;
         };
@@ -341,10 +344,9 @@ fn candidates(body: &Block, joins: &HashMap<Var, (i64, Vec<Var>)>) -> HashSet<Va
         .collect()
 }
 
-/// The declared array variables assigned only arrays made with one constant count (at most
-/// `MAX_COUNT`) and read only by loads at constant indices below it: each with its count and
-/// the arrays assigned to it.
-fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
+/// The arrays made with a constant count (by `new array` or `build`), with their counts, and
+/// the declared variables.
+pub(crate) fn constant_counts(body: &Block) -> (HashMap<Var, i64>, HashSet<Var>) {
     let mut counts: HashMap<Var, i64> = HashMap::new();
     let mut declared: HashSet<Var> = HashSet::new();
     walk(body, &mut |s| match s {
@@ -354,12 +356,28 @@ fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
                 count: Operand::I64(n),
                 ..
             },
-        ) if vs.len() == 1 && (0..=MAX_COUNT).contains(n) => {
+        ) if vs.len() == 1 && *n >= 0 => {
             counts.insert(vs[0], *n);
+        }
+        Stmt::Build {
+            array,
+            count: Operand::I64(n),
+            ..
+        } if *n >= 0 => {
+            counts.insert(*array, *n);
         }
         Stmt::Declare(vs) => declared.extend(vs),
         _ => {}
     });
+    (counts, declared)
+}
+
+/// The declared array variables assigned only arrays made with one constant count (at most
+/// `MAX_COUNT`) and read only by loads at constant indices below it: each with its count and
+/// the arrays assigned to it.
+fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
+    let (mut counts, declared) = constant_counts(body);
+    counts.retain(|_, n| *n <= MAX_COUNT);
     let mut joins: HashMap<Var, (i64, Vec<Var>)> = HashMap::new();
     let mut bad: HashSet<Var> = HashSet::new();
     walk(body, &mut |s| match s {

@@ -77,28 +77,7 @@ fn never_returns(b: &[Stmt]) -> bool {
 /// The declared variables that are only ever assigned arrays made with one constant count: each
 /// has that length wherever it is read (where branches that each make a small array join).
 fn joined_lengths(body: &Block) -> HashMap<Var, i64> {
-    let mut counts: HashMap<Var, i64> = HashMap::new();
-    let mut declared: HashSet<Var> = HashSet::new();
-    walk(body, &mut |s| match s {
-        Stmt::Let(
-            vs,
-            Op::NewArray {
-                count: Operand::I64(n),
-                ..
-            },
-        ) if vs.len() == 1 => {
-            counts.insert(vs[0], *n);
-        }
-        Stmt::Build {
-            array,
-            count: Operand::I64(n),
-            ..
-        } => {
-            counts.insert(*array, *n);
-        }
-        Stmt::Declare(vs) => declared.extend(vs),
-        _ => {}
-    });
+    let (counts, declared) = super::scalars::constant_counts(body);
     let mut joined: HashMap<Var, Option<i64>> = HashMap::new();
     walk(body, &mut |s| {
         if let Stmt::Set(v, x) = s {
