@@ -2224,3 +2224,51 @@ fn an_invariant_check_and_the_invariant_arithmetic_of_a_branch_leave_the_loop() 
     // What reads the index stays.
     assert!(at("= build") < at("fmul"), "{text}");
 }
+
+#[test]
+fn an_array_joined_before_it_is_filled_is_left_an_array() {
+    // a = new array 1; j := a; x = p * 2; a[0] = x; return j[0]: the join reads `a` before
+    // its element is stored, so `j`'s element cannot be the value stored (it is defined
+    // after the assignment).
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let p = b.named_var(Ty::F64, "p".into());
+    let j = b.var(arr.clone(), "j");
+    b.push(Stmt::Declare(vec![j]));
+    let a = b.let1(
+        arr,
+        "a",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::I64(1),
+        },
+    );
+    b.push(Stmt::Set(j, Operand::Var(a)));
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Binary(BinOp::FMul, Operand::Var(p), Operand::F64(2.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(a),
+        index: Operand::I64(0),
+        slot: 0,
+        value: Operand::Var(x),
+    });
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(j),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let mut p = program(vec![b.finish(spec(0), vec![p], layout(&[Ty::F64]))]);
+    verify(&p).unwrap();
+    passes::scalars::replace(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("new array"), "{text}");
+}

@@ -467,14 +467,23 @@ fn fill(block: &Block, made: &mut HashMap<Var, (i64, usize, usize)>, bad: &mut H
     }
 }
 
-/// Whether a statement reads an array (a load of it, itself or nested).
+/// Whether a statement reads an array (a load of it, or its assignment to a join, itself or
+/// nested).
 fn reads(s: &Stmt, a: Var) -> bool {
     let mut yes = false;
-    walk(
-        std::slice::from_ref(s),
-        &mut |t| {
-            yes |= matches!(t, Stmt::Let(_, Op::Load { array: Operand::Var(b), .. }) if *b == a)
-        },
-    );
+    walk(std::slice::from_ref(s), &mut |t| {
+        yes |= match t {
+            Stmt::Let(
+                _,
+                Op::Load {
+                    array: Operand::Var(b),
+                    ..
+                },
+            ) => *b == a,
+            // A join assigned the array reads it where it is read.
+            Stmt::Set(_, Operand::Var(b)) => *b == a,
+            _ => false,
+        }
+    });
     yes
 }
