@@ -623,8 +623,12 @@ impl<'e, 'p> Writer<'e, 'p> {
                     BinOp::FGt => ">",
                     BinOp::FLe => "<=",
                     BinOp::FGe => ">=",
-                    BinOp::And => "&&",
-                    BinOp::Or => "||",
+                    // Booleans are 0 or 1 (comparisons, constants, the runtime's tests), and
+                    // both operands are computed already: bitwise, so that GCC vectorises a
+                    // loop that folds a test with `and` (the guard of `passes::sparse`), which
+                    // it does not with `&&`.
+                    BinOp::And => "&",
+                    BinOp::Or => "|",
                 };
                 format!("({x} {op} {y})")
             }
