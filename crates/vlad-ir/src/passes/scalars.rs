@@ -150,6 +150,7 @@ pub fn replace(f: &mut Function) {
     // The joins and their arrays are replaced together: a join whose arrays are not all
     // replaced is dropped, and the arrays are chosen again without it.
     let mut joins = joins(&f.body);
+    joins.retain(|v, _| matches!(f.vars[v.0 as usize].ty, Ty::Array(_)));
     let (wanted, stored) = loop {
         let (wanted, stored) = chosen(&f.body, &joins);
         let before = joins.len();
@@ -168,7 +169,7 @@ pub fn replace(f: &mut Function) {
     order.sort_unstable_by_key(|(v, _)| **v);
     for (v, (n, _)) in order {
         let Ty::Array(layout) = f.vars[v.0 as usize].ty.clone() else {
-            continue;
+            unreachable!("joins are arrays")
         };
         let name = f.vars[v.0 as usize].name.clone();
         for k in 0..*n {
