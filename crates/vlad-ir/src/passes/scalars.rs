@@ -204,6 +204,7 @@ pub fn replace(f: &mut Function) {
             .into_iter()
             .map(|(k, slot, x)| Stmt::Set(x, stored[&(b, k, slot)].clone()))
             .collect(),
+        // A read of a join is its element's variable; of an array, the value stored.
         Stmt::Let(
             vs,
             Op::Load {
@@ -211,11 +212,12 @@ pub fn replace(f: &mut Function) {
                 index: Operand::I64(k),
                 slot,
             },
-        ) if joins.contains_key(&a) => {
-            vec![Stmt::Let(
-                vs,
-                Op::Copy(Operand::Var(scalars[&(a, k, slot)])),
-            )]
+        ) if joins.contains_key(&a) || wanted.contains(&a) => {
+            let x = match scalars.get(&(a, k, slot)) {
+                Some(x) => Operand::Var(*x),
+                None => stored[&(a, k, slot)].clone(),
+            };
+            vec![Stmt::Let(vs, Op::Copy(x))]
         }
         Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 && wanted.contains(&vs[0]) => {
             vec![]
@@ -224,16 +226,6 @@ pub fn replace(f: &mut Function) {
             array: Operand::Var(a),
             ..
         } if wanted.contains(&a) => vec![],
-        Stmt::Let(
-            vs,
-            Op::Load {
-                array: Operand::Var(a),
-                index: Operand::I64(k),
-                slot,
-            },
-        ) if wanted.contains(&a) => {
-            vec![Stmt::Let(vs, Op::Copy(stored[&(a, k, slot)].clone()))]
-        }
         other => vec![other],
     });
 }
@@ -310,9 +302,7 @@ fn candidates(body: &Block, joins: &HashMap<Var, (i64, Vec<Var>)>) -> HashSet<Va
                 ..
             },
         ) => {
-            let in_range = matches!(index, Operand::I64(k)
-                if made.get(a).is_some_and(|(n, _, _)| 0 <= *k && k < n));
-            if !in_range {
+            if !constant_below(index, made.get(a).map(|(n, _, _)| *n)) {
                 bad.insert(*a);
             }
             bad.extend(index.var());
@@ -403,9 +393,7 @@ fn joins(body: &Block) -> HashMap<Var, (i64, Vec<Var>)> {
                 ..
             },
         ) => {
-            let in_range = matches!(index, Operand::I64(k)
-                if joins.get(a).is_some_and(|(n, _)| 0 <= *k && k < n));
-            if !in_range {
+            if !constant_below(index, joins.get(a).map(|(n, _)| *n)) {
                 bad.insert(*a);
             }
         }
@@ -466,6 +454,11 @@ fn fill(block: &Block, made: &mut HashMap<Var, (i64, usize, usize)>, bad: &mut H
             fill(c, made, bad);
         }
     }
+}
+
+/// Whether an index is a constant below the count of the array it reads, where that is known.
+fn constant_below(index: &Operand, count: Option<i64>) -> bool {
+    matches!((index, count), (Operand::I64(k), Some(n)) if 0 <= *k && *k < n)
 }
 
 /// Whether a statement reads an array (a load of it, or its assignment to a join, itself or
