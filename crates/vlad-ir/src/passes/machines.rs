@@ -8,10 +8,10 @@
 //! For every strongly connected component of the call graph with a call inside it that is not
 //! a tail call (a *deep* component), this pass adds one more function, the component's
 //! *machine*: the bodies of all its members, with the variables live across a call of a member
-//! (and only those) in heap frames on an explicit stack instead of C locals (liveness is computed on the IR:
-//! `liveness`). A call between members pushes the callee's frame and jumps to the machine's
-//! dispatch (`MachineCall`); a return pops the frame; a tail call between members replaces the
-//! frame (`MachineTailCall`). The machine never recurses natively, so a recursion of any depth
+//! (and only those) in heap frames on an explicit stack instead of C locals (liveness is
+//! computed on the IR: `liveness`). A call between members pushes the callee's frame and jumps
+//! to the machine's dispatch (`MachineCall`); a return pops the frame; a tail call between
+//! members replaces the frame (`MachineTailCall`). The machine never recurses natively, so a recursion of any depth
 //! inside the component uses a constant amount of C stack.
 //!
 //! The native members stay as they were (their locals in registers), but for a guard on each
