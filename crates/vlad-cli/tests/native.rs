@@ -810,34 +810,33 @@ fn loops_carrying_arrays_run_in_constant_memory() {
     }
 }
 
-/// The arena's chunks and the collections of a run with `VLAD_ARENA_STATS` set (its standard
-/// error); a run that printed none fails the test, `what` saying which run.
+/// The number before `unit` in the statistics line of a run with `VLAD_ARENA_STATS` set (its
+/// standard error): "vlad: arena: 3 chunks, 50331648 bytes, 0 collections, 4096 bytes of
+/// frames".
+fn arena_field(stderr: &str, unit: &str) -> Option<usize> {
+    let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
+    let part = line.split(", ").find(|p| p.ends_with(unit))?;
+    part.split(' ').next()?.parse().ok()
+}
+
+/// The arena's chunks and the collections of a run with `VLAD_ARENA_STATS` set; a run that
+/// printed no statistics fails the test, `what` saying which run.
 fn arena_stats(stderr: &str, what: &str) -> (usize, usize) {
-    let parse = || -> Option<(usize, usize)> {
-        let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
-        let chunks = line.split(' ').next()?.parse().ok()?;
-        let collections = line
-            .split(", ")
-            .find(|p| p.ends_with(" collections"))
-            .and_then(|p| p.split(' ').next()?.parse().ok())
-            .unwrap_or(0);
-        Some((chunks, collections))
-    };
-    parse().unwrap_or_else(|| panic!("{what}: no arena statistics in {stderr:?}"))
+    let chunks = arena_field(stderr, " chunks")
+        .unwrap_or_else(|| panic!("{what}: no arena statistics in {stderr:?}"));
+    (chunks, arena_field(stderr, " collections").unwrap_or(0))
 }
 
 /// The bytes of the arena and the peak bytes of the explicit stack's frames that a run with
 /// `VLAD_ARENA_STATS` reports.
 fn memory_stats(stderr: &str, what: &str) -> (usize, usize) {
-    let parse = || -> Option<(usize, usize)> {
-        let line = stderr.split("vlad: arena: ").nth(1)?.lines().next()?;
-        let field = |unit: &str| -> Option<usize> {
-            let part = line.split(", ").find(|p| p.ends_with(unit))?;
-            part.split(' ').next()?.parse().ok()
-        };
-        Some((field(" bytes")?, field(" bytes of frames")?))
-    };
-    parse().unwrap_or_else(|| panic!("{what}: no memory statistics in {stderr:?}"))
+    match (
+        arena_field(stderr, " bytes"),
+        arena_field(stderr, " bytes of frames"),
+    ) {
+        (Some(arena), Some(frames)) => (arena, frames),
+        _ => panic!("{what}: no memory statistics in {stderr:?}"),
+    }
 }
 
 /// Loops that carry boxed values they rebuild at each step run in constant memory: the arena

@@ -467,6 +467,22 @@ fn build_and_ifold_lower_to_counted_loops() {
     assert!(!text.contains("build") && !text.contains("ifold"), "{text}");
 }
 
+/// `if ok {} else { rt vl_length_fail(op, got, want) }`, the check of a length that a vector
+/// operation makes, pushed into the current block.
+fn push_length_check(b: &mut Builder, ok: Var, op: &str, got: Operand, want: Operand) {
+    b.open();
+    b.effect(Op::Rt(
+        Rt::LengthFail,
+        vec![Operand::Str(op.into()), got, want],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(ok),
+        then: vec![],
+        els: fail,
+    });
+}
+
 /// `f0(n: f64, k: f64) -> f64 { if n > 0 { r = f0(n - k, k); return r * n } else { return 1 } }`.
 fn factorial() -> Function {
     let mut b = Builder::new();
@@ -1378,21 +1394,7 @@ fn a_check_that_two_lengths_are_equal_proves_reads_of_the_one_by_a_loop_over_the
         Op::Binary(BinOp::FGt, Operand::Var(a), Operand::F64(0.0)),
     );
     b.open();
-    b.effect(Op::Rt(
-        Rt::LengthFail,
-        vec![
-            Operand::Str("bundle".into()),
-            Operand::Var(nu),
-            Operand::Var(nw),
-        ],
-    ));
-    let fail = b.close();
-    b.open();
-    b.push(Stmt::If {
-        cond: Operand::Var(same),
-        then: vec![],
-        els: fail,
-    });
+    push_length_check(&mut b, same, "bundle", Operand::Var(nu), Operand::Var(nw));
     let inside = fold(&mut b, 2);
     let then = b.close();
     let result = b.var(Ty::F64, "res");
@@ -1769,21 +1771,7 @@ fn small_arrays_behind_a_check_and_a_join() -> Function {
         "ok",
         Op::Binary(BinOp::IEq, Operand::Var(n), Operand::I64(3)),
     );
-    b.open();
-    b.effect(Op::Rt(
-        Rt::LengthFail,
-        vec![
-            Operand::Str("plus".into()),
-            Operand::Var(n),
-            Operand::I64(3),
-        ],
-    ));
-    let fail = b.close();
-    b.push(Stmt::If {
-        cond: Operand::Var(ok),
-        then: vec![],
-        els: fail,
-    });
+    push_length_check(&mut b, ok, "plus", Operand::Var(n), Operand::I64(3));
     let i = b.var(Ty::I64, "i");
     b.open();
     let e = b.let1(
@@ -2114,21 +2102,7 @@ fn loop_reading_a_constant_index_and_branching_on_an_invariant() -> Function {
         "some",
         Op::Binary(BinOp::ILt, Operand::I64(0), Operand::Var(m)),
     );
-    b.open();
-    b.effect(Op::Rt(
-        Rt::LengthFail,
-        vec![
-            Operand::Str("plus".into()),
-            Operand::Var(m),
-            Operand::I64(1),
-        ],
-    ));
-    let fail = b.close();
-    b.push(Stmt::If {
-        cond: Operand::Var(some),
-        then: vec![],
-        els: fail,
-    });
+    push_length_check(&mut b, some, "plus", Operand::Var(m), Operand::I64(1));
     let k = b.let1(
         Ty::I64,
         "k",
