@@ -108,6 +108,17 @@ impl Prim {
         Prim::ALL.iter().copied().find(|p| p.name() == name)
     }
 
+    /// The head of the error of a call of `if-procedure` or `checkpoint` whose argument is not
+    /// of the shape it takes, up to the description of the argument (the evaluator, the
+    /// executor of the specialised program and compiled code report the same).
+    pub fn malformed_call_head(self) -> String {
+        let takes = match self {
+            Prim::IfProcedure => "a condition and two procedures",
+            _ => "a procedure and its argument",
+        };
+        format!("`{}` takes {takes}, got ", self.name())
+    }
+
     /// Internal primitives are not visible to programs.
     pub fn is_internal(self) -> bool {
         matches!(

@@ -26,11 +26,7 @@ pub fn two(arg: &Value) -> Option<(&Value, &Value)> {
 /// The error of a call of `if-procedure` or `checkpoint` whose argument is not of the shape
 /// it takes (the executor of the specialised program reports the same).
 pub fn malformed_call(p: Prim, arg: &Value) -> String {
-    let takes = match p {
-        Prim::IfProcedure => "a condition and two procedures",
-        _ => "a procedure and its argument",
-    };
-    format!("`{}` takes {takes}, got {}", p.name(), arg.describe())
+    format!("{}{}", p.malformed_call_head(), arg.describe())
 }
 
 fn real(v: &Value) -> Option<f64> {

@@ -1123,7 +1123,7 @@ impl Lowerer<'_, '_> {
                     }
                     // Not a procedure and its argument (the analysis found no call): the
                     // evaluator's error, which describes a procedure without boxing it.
-                    let head = "`checkpoint` takes a procedure and its argument, got ";
+                    let head = vlad_core::Prim::Checkpoint.malformed_call_head();
                     if matches!(a.av, Av::Closure(..) | Av::Prim(_)) {
                         let m = format!("{head}a procedure");
                         self.rt_effect(
