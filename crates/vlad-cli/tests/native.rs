@@ -49,6 +49,7 @@ const NATIVE: &[&str] = &[
     "tests/array/arrays.vlad",
     "tests/array/compiled.vlad",
     "tests/array/forward.vlad",
+    "tests/array/forward-lse.vlad",
     "tests/array/reverse.vlad",
     "tests/array/reverse-tape.vlad",
     "tests/array/reverse-select.vlad",

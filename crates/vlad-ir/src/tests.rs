@@ -2246,3 +2246,42 @@ fn an_array_joined_before_it_is_filled_is_left_an_array() {
     let text = crate::print::function(&p, FuncId(0));
     assert!(text.contains("new array"), "{text}");
 }
+
+#[test]
+fn a_variable_assigned_twice_in_a_branch_is_not_taken_for_a_join() {
+    // var s; if p > 0 { s := 1 } else { s := 0; t = s + 1; s := t; u = s + 1; s := u };
+    // return s (an unrolled loop's accumulator in the branch a one-hot guard fails to): `s`
+    // changes between the two sums, which are two values.
+    let mut b = Builder::new();
+    let p = b.named_var(Ty::F64, "p".into());
+    let s = b.var(Ty::F64, "s");
+    b.push(Stmt::Declare(vec![s]));
+    let c = b.let1(
+        Ty::Bool,
+        "c",
+        Op::Binary(BinOp::FGt, Operand::Var(p), Operand::F64(0.0)),
+    );
+    b.open();
+    b.push(Stmt::Set(s, Operand::F64(0.0)));
+    for name in ["t", "u"] {
+        let t = b.let1(
+            Ty::F64,
+            name,
+            Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::F64(1.0)),
+        );
+        b.push(Stmt::Set(s, Operand::Var(t)));
+    }
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Set(s, Operand::F64(1.0))],
+        els,
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let mut p = program(vec![b.finish(spec(0), vec![p], layout(&[Ty::F64]))]);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert_eq!(text.matches("fadd").count(), 2, "{text}");
+}

@@ -905,7 +905,10 @@ pub fn mutable(body: &[Stmt]) -> HashSet<Var> {
                                 .filter(|u| matches!(u, Stmt::Set(w, _) if w == v))
                                 .count()
                         };
-                        if top(then) + top(els) == n {
+                        // Once in each branch at most: a branch that assigns it twice
+                        // (an unrolled loop's accumulator) changes it between its reads.
+                        let (in_then, in_els) = (top(then), top(els));
+                        if in_then <= 1 && in_els <= 1 && in_then + in_els == n {
                             let mut before = false;
                             walk(&b[d + 1..e], &mut |u| before |= reads(u));
                             if !before && cond.var() != Some(*v) {
