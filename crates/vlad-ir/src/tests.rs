@@ -2285,3 +2285,130 @@ fn a_variable_assigned_twice_in_a_branch_is_not_taken_for_a_join() {
     let text = crate::print::function(&p, FuncId(0));
     assert_eq!(text.matches("fadd").count(), 2, "{text}");
 }
+
+/// `exp(x_i - m)` in a loop over `n` indexed by `i`, as the loop's body computes it: the
+/// variable holding it.
+fn exp_of_entry_minus(b: &mut Builder, x: Var, i: Var, m: Var) -> Var {
+    let xi = b.let1(
+        Ty::F64,
+        "xi",
+        Op::Load {
+            array: Operand::Var(x),
+            index: Operand::Var(i),
+            slot: 0,
+        },
+    );
+    let d = b.let1(
+        Ty::F64,
+        "d",
+        Op::Binary(BinOp::FSub, Operand::Var(xi), Operand::Var(m)),
+    );
+    b.let1(Ty::F64, "e", Op::Unary(UnOp::Exp, Operand::Var(d)))
+}
+
+/// Log-sum-exp's gradient as `grad` leaves it: `if <cond> { s = sum_i exp(x_i - m); mm := m;
+/// ss := s } else { mm := 0; ss := 0 }`, then `build n (j -> exp(x_j - <later>) / ss)`, where
+/// `cond` is `ilt <first>, n` and `later` is `mm` or the parameter `p`.
+fn sum_of_exps_then_their_quotients(first: i64, later_is_join: bool) -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let x = b.named_var(arr.clone(), "x".into());
+    let m = b.named_var(Ty::F64, "m".into());
+    let p = b.named_var(Ty::F64, "p".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let mm = b.var(Ty::F64, "mm");
+    let ss = b.var(Ty::F64, "ss");
+    b.push(Stmt::Declare(vec![mm, ss]));
+    let ran = b.let1(
+        Ty::Bool,
+        "ran",
+        Op::Binary(BinOp::ILt, Operand::I64(first), Operand::Var(n)),
+    );
+    b.open();
+    let i = b.var(Ty::I64, "i");
+    let s = b.var(Ty::F64, "s");
+    b.open();
+    let e = exp_of_entry_minus(&mut b, x, i, m);
+    let s2 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(e)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(s2)],
+    });
+    b.push(Stmt::Set(mm, Operand::Var(m)));
+    b.push(Stmt::Set(ss, Operand::Var(s)));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(ran),
+        then,
+        els: vec![
+            Stmt::Set(mm, Operand::F64(0.0)),
+            Stmt::Set(ss, Operand::F64(0.0)),
+        ],
+    });
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let e = exp_of_entry_minus(&mut b, x, j, if later_is_join { mm } else { p });
+    let q = b.let1(
+        Ty::F64,
+        "q",
+        Op::Binary(BinOp::FDiv, Operand::Var(e), Operand::Var(ss)),
+    );
+    let body = b.close();
+    let out = b.var(arr.clone(), "out");
+    b.push(Stmt::Build {
+        array: out,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: j,
+        body,
+        elem: vec![Operand::Var(q)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(out)]));
+    b.finish(spec(0), vec![x, m, p, n], layout(&[arr]))
+}
+
+#[test]
+fn a_later_loop_over_the_same_count_reads_the_exponentials_the_first_stored() {
+    let mut p = program(vec![sum_of_exps_then_their_quotients(0, true)]);
+    verify(&p).unwrap();
+    passes::reuse::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {text}"))
+    };
+    // One `exp`, in the sum, stored in a new array of n reals made before the `if`; the build
+    // loads it at its own index, and no longer computes x_j - mm.
+    assert_eq!(text.matches("= exp").count(), 1, "{text}");
+    assert!(at("new array(f64) count n") < at("if ran"), "{text}");
+    assert!(at("= exp") < at("store v"), "{text}");
+    assert!(text.contains("= load v") && text.contains("[j"), "{text}");
+    assert_eq!(text.matches("fsub").count(), 1, "{text}");
+}
+
+#[test]
+fn a_later_loop_computing_another_value_or_after_another_test_computes_its_own() {
+    // exp(x_j - p) is another value; under `if 1 < n` the build may run while the sum did
+    // not (n = 1), and `mm` is not known to be `m` there.
+    for f in [
+        sum_of_exps_then_their_quotients(0, false),
+        sum_of_exps_then_their_quotients(1, true),
+    ] {
+        let mut p = program(vec![f]);
+        passes::reuse::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert_eq!(text.matches("= exp").count(), 2, "{text}");
+        assert!(!text.contains("new array"), "{text}");
+    }
+}

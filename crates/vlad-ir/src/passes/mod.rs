@@ -10,6 +10,7 @@ pub mod inline;
 pub mod loops;
 pub mod machines;
 pub mod marks;
+pub mod reuse;
 pub mod scalars;
 pub mod simplify;
 pub mod sites;
@@ -84,6 +85,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "the lowering")?;
     inline::run(p);
     check(p, "inlining and scalar optimisation")?;
+    reuse::run(p);
+    check(p, "values stored for a later loop")?;
     dead::run(p);
     check(p, "dead functions")?;
     tail::run(p);
