@@ -6,7 +6,8 @@
 //! through procedures passed to procedures), booleans known only at run time in the AD
 //! operators (`plus`, `bundle`, a pair holding one differentiated) and, on request, arrays.
 //! The grammar keeps domains safe and trip counts small, so that most programs run without
-//! error and quickly.
+//! error and quickly. `array_kernels` writes programs of another kind: numerical kernels over
+//! arrays and their derivatives, at vectors with ties, zeros, infinities.
 
 /// A program of one expression `depth` levels deep, over `lib/ad.vlad` (`(include "ad")`,
 /// with the library directory on the include path).
@@ -502,6 +503,133 @@ fn maybe_unknown(rng: &mut Rng, n: usize) -> String {
     } else {
         format!("(real {n})")
     }
+}
+
+/// What a program of `array_kernels` reads: the lengths 0 to 6.
+pub const KERNEL_LENGTHS: &str = "0 1 2 3 4 5 6\n";
+
+/// The numerical kernels of `array_kernels`: log-sum-exp, the maximum, sums of squares and
+/// products, a softmax entry, and vector-valued ones (a vector scaled by its maximum, a cross
+/// product, shifted and normalised exponentials, a softmax), written as numerical code writes
+/// them (`lib/array.vlad`'s `vector-max`, `vector-dot`, `vector-smul`; folds over the length).
+const KERNELS: &str = r#"(include "array")
+(define (lse x)
+  (let ((m (vector-max x)))
+    (+ m (log (ifold (lambda (s i) (+ s (exp (- (get x i) m)))) 0 (array-length x))))))
+(define (vmax x) (vector-max x))
+(define (dot x) (vector-dot x x))
+(define (prod x) (ifold (lambda (s i) (* s (get x i))) 1 (array-length x)))
+(define (sumsq-shift x)
+  (let ((m (get x 0)))
+    (ifold (lambda (s i) (+ s (* (- (get x i) m) (- (get x i) m)))) 0 (array-length x))))
+(define (softmax0 x)
+  (let ((m (vector-max x)))
+    (/ (exp (- (get x 0) m))
+       (ifold (lambda (s i) (+ s (exp (- (get x i) m)))) 0 (array-length x)))))
+(define (scale-max x) (vector-smul x (vector-max x)))
+(define (cross x)
+  (let ((y (vector-smul x 2)))
+    (build 3 (lambda (i)
+               (cond ((= i 0) (- (* (get x 1) (get y 2)) (* (get x 2) (get y 1))))
+                     ((= i 1) (- (* (get x 2) (get y 0)) (* (get x 0) (get y 2))))
+                     (else (- (* (get x 0) (get y 1)) (* (get x 1) (get y 0)))))))))
+(define (shift x)
+  (let ((m (vector-max x))) (build (array-length x) (lambda (i) (exp (- (get x i) m))))))
+(define (normalise x)
+  (let ((s (lse x))) (build (array-length x) (lambda (i) (exp (- (get x i) s))))))
+(define (softmax x)
+  (let* ((m (vector-max x))
+         (s (ifold (lambda (s i) (+ s (exp (- (get x i) m)))) 0 (array-length x))))
+    (build (array-length x) (lambda (i) (/ (exp (- (get x i) m)) s)))))
+"#;
+
+/// A program of `count` expressions, one a line: an array kernel (`KERNELS`), or its
+/// derivative by `grad`, `grad-R`, `jacob` or `jacob-R`, at a vector of up to 6 entries that
+/// numerical code meets at its edges: ties (equal entries, all equal), zeros of both signs,
+/// entries far apart (`exp` underflowing), infinities. The vector's length and entries are
+/// constants the compiler knows, or hidden from it by `real` (the length, the entries, or
+/// both; a length the program reads, `lengthN`, is unknown to the IR's passes too: run the
+/// program with `KERNEL_LENGTHS` on standard input), so that the same kernel is compiled
+/// unrolled at constant lengths and as loops.
+/// Every expression has a value in the evaluator (no empty vector where a kernel reads entry
+/// 0, a cross product of 3 entries).
+pub fn array_kernels(rng: &mut Rng, count: usize) -> String {
+    const ENTRIES: [&str; 10] = [
+        "0", "1", "-1", "2", "0.5", "-0.0", "3", "-2.5", "700", "-700",
+    ];
+    const SPECIAL: [&str; 2] = ["(/ 1 0)", "(- 0 (/ 1 0))"];
+    // Name, whether it is vector-valued, and its least length.
+    const KINDS: [(&str, bool, usize); 11] = [
+        ("lse", false, 1),
+        ("vmax", false, 1),
+        ("dot", false, 0),
+        ("prod", false, 0),
+        ("sumsq-shift", false, 1),
+        ("softmax0", false, 1),
+        ("scale-max", true, 1),
+        ("cross", true, 3),
+        ("shift", true, 1),
+        ("normalise", true, 1),
+        ("softmax", true, 1),
+    ];
+    let mut out = String::from(KERNELS);
+    for n in 0..7 {
+        out.push_str(&format!("(define length{n} (read-real))\n"));
+    }
+    for _ in 0..count {
+        let (name, vector, least) = KINDS[rng.below(KINDS.len())];
+        let n = if name == "cross" {
+            3
+        } else {
+            least + rng.below(7 - least)
+        };
+        let hidden_length = rng.below(2) == 0;
+        let length = match rng.below(4) {
+            _ if !hidden_length => n.to_string(),
+            0 | 1 => format!("(real {n})"),
+            _ => format!("length{n}"),
+        };
+        let arg = if rng.below(4) == 0 {
+            // All entries equal.
+            format!(
+                "(build {length} (lambda (i) {}))",
+                ENTRIES[rng.below(ENTRIES.len())]
+            )
+        } else {
+            let mut es: Vec<&str> = Vec::new();
+            for _ in 0..n {
+                let e = match rng.below(20) {
+                    0 => SPECIAL[rng.below(2)],
+                    1..=7 if !es.is_empty() => es[rng.below(es.len())],
+                    _ => ENTRIES[rng.below(ENTRIES.len())],
+                };
+                es.push(e);
+            }
+            let entry = if hidden_length && rng.below(3) == 0 {
+                "(list-ref v i)"
+            } else if hidden_length {
+                "(real (list-ref v i))"
+            } else {
+                "(list-ref v i)"
+            };
+            format!(
+                "(let ((v (list {}))) (build {length} (lambda (i) {entry})))",
+                es.join(" ")
+            )
+        };
+        let op = match (vector, rng.below(8)) {
+            (_, 0..=1) => None,
+            (false, 2..=4) => Some("grad"),
+            (false, _) => Some("grad-R"),
+            (true, 2..=4) => Some("jacob"),
+            (true, _) => Some("jacob-R"),
+        };
+        match op {
+            Some(op) => out.push_str(&format!("(({op} {name}) {arg})\n")),
+            None => out.push_str(&format!("({name} {arg})\n")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
