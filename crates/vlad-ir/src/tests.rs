@@ -2412,3 +2412,60 @@ fn a_later_loop_computing_another_value_or_after_another_test_computes_its_own()
         assert!(!text.contains("new array"), "{text}");
     }
 }
+
+/// `f1(a: array(f64)) -> f64`: reads `a[0]`, or, if `writes`, also stores into it.
+fn reads_or_writes_its_array(writes: bool) -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let a = b.named_var(arr, "a".into());
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(a),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    if writes {
+        b.push(Stmt::Store {
+            array: Operand::Var(a),
+            index: Operand::I64(0),
+            slot: 0,
+            value: Operand::F64(1.0),
+        });
+    }
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    b.finish(spec(1), vec![a], layout(&[Ty::F64]))
+}
+
+#[test]
+fn values_are_shared_across_calls_of_functions_that_write_into_no_given_array() {
+    for writes in [false, true] {
+        let mut f = sum_of_exps_then_their_quotients(0, true);
+        // y = f1(x) first: a call that may write into x makes every read of it suspect.
+        let x = f.params[0];
+        let y = f.new_var(Ty::F64, "y");
+        f.body.insert(
+            0,
+            Stmt::Let(
+                vec![y],
+                Op::Call {
+                    func: FuncId(1),
+                    args: vec![Operand::Var(x)],
+                    guard: None,
+                },
+            ),
+        );
+        let mut p = program(vec![f, reads_or_writes_its_array(writes)]);
+        verify(&p).unwrap();
+        passes::reuse::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert_eq!(
+            text.matches("= exp").count(),
+            if writes { 2 } else { 1 },
+            "{text}"
+        );
+    }
+}

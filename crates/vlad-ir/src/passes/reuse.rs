@@ -16,41 +16,122 @@
 //! needs a first element): the second loop runs a step only if the count is positive, and then
 //! the first loop ran. A variable that joins the branches of that `if` is, in the second loop,
 //! what the first branch assigned it. The value is computed at the top level of the first
-//! loop's body, so at every step. A function that stores into arrays (in-place accumulation)
-//! or calls others is left alone: the arrays the expressions read must not change between the
-//! two loops.
+//! loop's body, so at every step. The arrays the expressions read must not change between the
+//! two loops: a function that writes into an array it did not make (in-place accumulation),
+//! or calls one that may, is left alone, and an array the function stores into is never read
+//! for a shared value.
 
 use crate::ir::*;
+use crate::Rt;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// The functions whose values are stored for a later loop; each changed is simplified again
 /// (the expression the second loop no longer needs is dead code).
 pub fn run(p: &mut Program) {
+    let writers = writers(p);
     for f in &mut p.funcs {
-        if function(f) {
+        if function(f, &|c| writers[c.0 as usize]) {
             super::simplify::function(f);
         }
     }
 }
 
-/// Rewrites the loops of one function; whether any was.
-pub fn function(f: &mut Function) -> bool {
+/// The arrays a function makes itself (`new array`): stores into them are its own business.
+fn own_arrays(body: &[Stmt]) -> HashSet<Var> {
+    let mut own = HashSet::new();
+    walk(body, &mut |s| {
+        if let Stmt::Let(vs, Op::NewArray { .. }) = s {
+            own.extend(vs.iter().copied());
+        }
+    });
+    own
+}
+
+/// Whether a statement may write into an array its function did not make (a store into one,
+/// in-place accumulation, a boxed object's field).
+fn writes_given(s: &Stmt, own: &HashSet<Var>) -> bool {
+    match s {
+        Stmt::Store { array, .. } => !array.var().is_some_and(|a| own.contains(&a)),
+        Stmt::SetField { .. } | Stmt::SetGlobal(..) => true,
+        Stmt::Let(_, Op::Rt(Rt::AccOwned | Rt::AccMark, _)) => true,
+        _ => false,
+    }
+}
+
+/// For each function, whether it or a function it calls may write into an array it was given
+/// (reverse sweeps add into their accumulators in place).
+fn writers(p: &Program) -> Vec<bool> {
+    let mut out: Vec<bool> = p
+        .funcs
+        .iter()
+        .map(|f| {
+            let own = own_arrays(&f.body);
+            let mut w = false;
+            walk(&f.body, &mut |s| w |= writes_given(s, &own));
+            w
+        })
+        .collect();
+    let edges = call_graph(p);
+    loop {
+        let mut changed = false;
+        for (f, callees) in edges.iter().enumerate() {
+            if !out[f] && callees.iter().any(|&c| out[c]) {
+                out[f] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return out;
+        }
+    }
+}
+
+/// Rewrites the loops of one function, unless it or a function it calls (`writes`) may write
+/// into an array it was given; whether any was.
+pub fn function(f: &mut Function, writes: &dyn Fn(FuncId) -> bool) -> bool {
+    let own = own_arrays(&f.body);
     let mut eligible = true;
+    let mut stored = HashSet::new();
     walk(&f.body, &mut |s| {
-        eligible &= !matches!(
-            s,
-            Stmt::Store { .. }
-                | Stmt::SetField { .. }
-                | Stmt::TailCall { .. }
-                | Stmt::Let(_, Op::Call { .. })
-        )
+        eligible &= !writes_given(s, &own);
+        match s {
+            Stmt::Let(_, Op::Call { func, .. }) | Stmt::TailCall { func, .. } => {
+                eligible &= !writes(*func)
+            }
+            Stmt::Store {
+                array: Operand::Var(a),
+                ..
+            } => {
+                stored.insert(*a);
+            }
+            _ => {}
+        }
     });
     if !eligible {
         return false;
     }
+    // And what copies or joins them.
+    loop {
+        let mut more = Vec::new();
+        walk(&f.body, &mut |s| match s {
+            Stmt::Set(v, Operand::Var(a)) if stored.contains(a) => more.push(*v),
+            Stmt::Let(vs, Op::Copy(Operand::Var(a))) if stored.contains(a) => {
+                more.extend(vs.iter().copied())
+            }
+            _ => {}
+        });
+        let before = stored.len();
+        stored.extend(more);
+        if stored.len() == before {
+            break;
+        }
+    }
     let defs = definitions(&f.body);
-    let mutable = super::simplify::mutable(&f.body);
+    let mut mutable = super::simplify::mutable(&f.body);
+    // An array the function stores into may change between the loops: its reads are never
+    // the same value.
+    mutable.extend(stored);
     let mut vars = std::mem::take(&mut f.vars);
     let mut cx = Cx {
         defs,
