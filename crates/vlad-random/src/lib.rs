@@ -509,9 +509,12 @@ fn maybe_unknown(rng: &mut Rng, n: usize) -> String {
 pub const KERNEL_LENGTHS: &str = "0 1 2 3 4 5 6\n";
 
 /// The numerical kernels of `array_kernels`: log-sum-exp, the maximum, sums of squares and
-/// products, a softmax entry, and vector-valued ones (a vector scaled by its maximum, a cross
-/// product, shifted and normalised exponentials, a softmax), written as numerical code writes
-/// them (`lib/array.vlad`'s `vector-max`, `vector-dot`, `vector-smul`; folds over the length).
+/// products, a softmax entry, a sum of nearest squared distances (a selection in a nested
+/// fold), a logistic loss, the sum of a Gram matrix, and vector-valued ones (a vector scaled
+/// by its maximum, a cross product, shifted and normalised exponentials, a softmax, a
+/// matrix-vector product, a point rotated by a Rodrigues vector, zero or not, and its
+/// distorted projection, as in bundle adjustment), written as numerical code writes them
+/// (`lib/array.vlad`'s `vector-max`, `vector-dot`, `vector-smul`; folds over the length).
 const KERNELS: &str = r#"(include "array")
 (define (lse x)
   (let ((m (vector-max x)))
@@ -541,6 +544,43 @@ const KERNELS: &str = r#"(include "array")
   (let* ((m (vector-max x))
          (s (ifold (lambda (s i) (+ s (exp (- (get x i) m)))) 0 (array-length x))))
     (build (array-length x) (lambda (i) (/ (exp (- (get x i) m)) s)))))
+(define (cross3 a b)
+  (build 3 (lambda (i)
+             (cond ((= i 0) (- (* (get a 1) (get b 2)) (* (get a 2) (get b 1))))
+                   ((= i 1) (- (* (get a 2) (get b 0)) (* (get a 0) (get b 2))))
+                   (else (- (* (get a 0) (get b 1)) (* (get a 1) (get b 0))))))))
+(define (rotate r x)
+  (let ((sqtheta (vector-dot r r)))
+    (if (= sqtheta 0)
+        (vector-add x (cross3 r x))
+        (let* ((theta (sqrt sqtheta))
+               (c (cos theta))
+               (w (vector-smul r (/ 1 theta)))
+               (tmp (* (vector-dot w x) (- 1 c))))
+          (vector-add (vector-add (vector-smul x c) (vector-smul (cross3 w x) (sin theta)))
+                      (vector-smul w tmp))))))
+(define (rot6 v) (rotate (build 3 (lambda (i) (get v i))) (build 3 (lambda (i) (get v (+ i 3))))))
+(define (project v)
+  (let* ((x (rot6 v)) (p (vector-smul (build 2 (lambda (i) (get x i))) (/ 1 (get x 2)))))
+    (build 2 (lambda (i) (* (get p i) (+ 1 (* 0.1 (vector-dot p p))))))))
+(define (matvec v)
+  (let ((n (array-length v)))
+    (build n (lambda (i) (ifold (lambda (s j) (+ s (* (get v j) (- i j)))) 0 n)))))
+(define (mindist v)
+  (ifold (lambda (acc i)
+           (+ acc (ifold (lambda (m j)
+                           (let ((e (* (- (get v i) j) (- (get v i) j)))) (if (< e m) e m)))
+                         (* (get v i) (get v i))
+                         3)))
+         0
+         (array-length v)))
+(define (logistic v)
+  (ifold (lambda (s i) (+ s (log (+ 1 (exp (- 0 (* (get v i) (- i 1))))))))
+         0
+         (array-length v)))
+(define (gram-sum v)
+  (let ((n (array-length v)))
+    (matrix-sum (build n (lambda (i) (build n (lambda (j) (* (get v i) (get v j)))))))))
 "#;
 
 /// A program of `count` expressions, one a line: an array kernel (`KERNELS`), or its
@@ -552,37 +592,39 @@ const KERNELS: &str = r#"(include "array")
 /// program with `KERNEL_LENGTHS` on standard input), so that the same kernel is compiled
 /// unrolled at constant lengths and as loops.
 /// Every expression has a value in the evaluator (no empty vector where a kernel reads entry
-/// 0, a cross product of 3 entries).
+/// 0, a cross product of 3 entries, a rotation of 6).
 pub fn array_kernels(rng: &mut Rng, count: usize) -> String {
     const ENTRIES: [&str; 10] = [
         "0", "1", "-1", "2", "0.5", "-0.0", "3", "-2.5", "700", "-700",
     ];
     const SPECIAL: [&str; 2] = ["(/ 1 0)", "(- 0 (/ 1 0))"];
-    // Name, whether it is vector-valued, and its least length.
-    const KINDS: [(&str, bool, usize); 11] = [
-        ("lse", false, 1),
-        ("vmax", false, 1),
-        ("dot", false, 0),
-        ("prod", false, 0),
-        ("sumsq-shift", false, 1),
-        ("softmax0", false, 1),
-        ("scale-max", true, 1),
-        ("cross", true, 3),
-        ("shift", true, 1),
-        ("normalise", true, 1),
-        ("softmax", true, 1),
+    // Name, whether it is vector-valued, and its least and greatest lengths.
+    const KINDS: [(&str, bool, usize, usize); 17] = [
+        ("lse", false, 1, 6),
+        ("vmax", false, 1, 6),
+        ("dot", false, 0, 6),
+        ("prod", false, 0, 6),
+        ("sumsq-shift", false, 1, 6),
+        ("softmax0", false, 1, 6),
+        ("mindist", false, 1, 6),
+        ("logistic", false, 0, 6),
+        ("gram-sum", false, 0, 6),
+        ("scale-max", true, 1, 6),
+        ("cross", true, 3, 3),
+        ("shift", true, 1, 6),
+        ("normalise", true, 1, 6),
+        ("softmax", true, 1, 6),
+        ("matvec", true, 1, 6),
+        ("rot6", true, 6, 6),
+        ("project", true, 6, 6),
     ];
     let mut out = String::from(KERNELS);
     for n in 0..7 {
         out.push_str(&format!("(define length{n} (read-real))\n"));
     }
     for _ in 0..count {
-        let (name, vector, least) = KINDS[rng.below(KINDS.len())];
-        let n = if name == "cross" {
-            3
-        } else {
-            least + rng.below(7 - least)
-        };
+        let (name, vector, least, most) = KINDS[rng.below(KINDS.len())];
+        let n = least + rng.below(most - least + 1);
         let hidden_length = rng.below(2) == 0;
         let length = match rng.below(4) {
             _ if !hidden_length => n.to_string(),
@@ -604,6 +646,10 @@ pub fn array_kernels(rng: &mut Rng, count: usize) -> String {
                     _ => ENTRIES[rng.below(ENTRIES.len())],
                 };
                 es.push(e);
+            }
+            if n == 6 && rng.below(3) == 0 {
+                // A zero rotation (`rotate`'s first branch).
+                es[..3].fill("0");
             }
             let entry = if hidden_length && rng.below(3) == 0 {
                 "(list-ref v i)"
