@@ -148,6 +148,15 @@ fn program(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     file.to_str().expect("a UTF-8 path").to_string()
 }
 
+/// A number from the environment (how many random programs a test runs, and its seed), or
+/// `default`.
+fn env_setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Equal texts, but for reals that differ by at most 1e-10 relative.
 fn same_output(a: &str, b: &str) -> bool {
     if a == b {
@@ -1209,19 +1218,13 @@ fn bundles_of_values_with_boxed_parts_match_the_evaluator() {
 #[test]
 fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
     const PER_FILE: usize = 100;
-    let setting = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let files = setting("VLAD_RANDOM_FILES", 10) as usize;
+    let files = env_setting("VLAD_RANDOM_FILES", 10) as usize;
     let root = repo_root();
     let lib = root.join("lib");
     let lib = lib.to_str().expect("a UTF-8 path");
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a scratch directory");
-    let seed = setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
+    let seed = env_setting("VLAD_RANDOM_SEED", 0x0bad_5eed_1234_5678) | 1;
     let mut rng = vlad_random::Rng(seed);
     // The numerals the programs read, from a generator of their own.
     let mut numerals = vlad_random::Rng(seed.rotate_left(17) | 1);
@@ -1415,14 +1418,8 @@ fn same_line_normwise(a: &str, b: &str) -> bool {
 #[test]
 fn array_kernels_at_ties_and_edge_values_print_what_the_evaluator_prints() {
     const PER_FILE: usize = 100;
-    let setting = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let files = setting("VLAD_KERNEL_FILES", 3) as usize;
-    let seed = setting("VLAD_KERNEL_SEED", 1) | 1;
+    let files = env_setting("VLAD_KERNEL_FILES", 3) as usize;
+    let seed = env_setting("VLAD_KERNEL_SEED", 1) | 1;
     let mut rng = vlad_random::Rng(seed);
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
