@@ -1580,9 +1580,14 @@ VL_EXPORT vlad_value vlad_array(const vlad_value *xs, long n) {
   return a;
 }
 enum { VLAD_NIL, VLAD_BOOLEAN, VLAD_REAL, VLAD_PAIR, VLAD_ARRAY, VLAD_OTHER };
+/* A value the library returned, as the functions below read it: a lazy sensitivity computed,
+   anything else as it is. An array boxed by reference (VL_FLATREF) is read in place, each
+   element boxed when it is asked for: boxing the whole array at every read made reading an
+   n-element result O(n^2). */
+static V vl_lib_value(V v) { return v->kind == VL_SENS ? vl_sens_force(v) : v; }
 /* What a value the library returned is. */
 VL_EXPORT int vlad_kind(vlad_value v) {
-  v = vl_dense(v);
+  v = vl_lib_value(v);
   switch (v->kind) {
   case VL_NIL: return VLAD_NIL;
   case VL_BOOL: return VLAD_BOOLEAN;
@@ -1598,13 +1603,14 @@ VL_EXPORT double vlad_real_of(vlad_value v) { return v->kind == VL_REAL ? v->s[0
 VL_EXPORT int vlad_boolean_of(vlad_value v) { return v->kind == VL_BOOL && v->s[0].b; }
 VL_EXPORT vlad_value vlad_car(vlad_value v) { return vlad_kind(v) == VLAD_PAIR ? v->s[0].v : 0; }
 VL_EXPORT vlad_value vlad_cdr(vlad_value v) { return vlad_kind(v) == VLAD_PAIR ? v->s[1].v : 0; }
+/* (An array's length is slot 0 of each of its kinds.) */
 VL_EXPORT long vlad_length(vlad_value v) {
-  return vlad_kind(v) == VLAD_ARRAY ? vl_dense(v)->s[0].b : -1;
+  return vlad_kind(v) == VLAD_ARRAY ? vl_lib_value(v)->s[0].b : -1;
 }
 VL_EXPORT vlad_value vlad_at(vlad_value v, long i) {
   if (i < 0 || i >= vlad_length(v)) return 0;
   if (v->kind == VL_FLAT) return vl_real(v->s[1 + i].d); /* made by vlad_array_f64 */
-  return vl_elem(vl_dense(v), i);
+  return vl_elem(vl_lib_value(v), i);
 }
 /* An entry point's frame: a run-time error returns to it, and the native stack budget is
    measured from it (the library may be called from any thread, at any depth). */
