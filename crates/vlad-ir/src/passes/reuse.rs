@@ -11,10 +11,10 @@
 //! an array of the count's reals (the hand-written gradient's), and saves a call of the
 //! function per step, which costs many times a load.
 //!
-//! The first loop is in the block of the second, or at the top level of the first branch of
-//! an `if` on `0 < count` in that block (what `simplify`'s code motion makes of a loop that
-//! needs a first element): the second loop runs a step only if the count is positive, and then
-//! the first loop ran. A variable that joins the branches of that `if` is, in the second loop,
+//! The second loop comes after the first in its block, or is nested in a statement after it.
+//! The first loop may also be at the top level of the first branch of an `if` on `0 < count`
+//! in that block (what `simplify`'s code motion makes of a loop that needs a first element):
+//! the second loop runs a step only if the count is positive, and then the first loop ran. A variable that joins the branches of that `if` is, in the second loop,
 //! what the first branch assigned it. The value is computed at the top level of the first
 //! loop's body, so at every step. The arrays the expressions read must not change between the
 //! two loops: a function that writes into an array it did not make (in-place accumulation),
