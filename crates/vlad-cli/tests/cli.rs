@@ -604,6 +604,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("forward-small-vectors", "0.5\n"),
     ("forward-grad-dot", "4\n"),
     ("forward-grad-lse", "5\n"),
+    ("softmax", "5\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the
