@@ -148,6 +148,14 @@ fn program(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     file.to_str().expect("a UTF-8 path").to_string()
 }
 
+/// What a run printed on its standard output and its standard error.
+fn texts(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// A number from the environment (how many random programs a test runs, and its seed), or
 /// `default`.
 fn env_setting(name: &str, default: u64) -> u64 {
@@ -214,14 +222,8 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
         })
         .count()
         == 1;
-    let text = |o: &Output| {
-        (
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    };
-    let (nout, nerr) = text(&native);
-    let (eout, eerr) = text(&eval);
+    let (nout, nerr) = texts(&native);
+    let (eout, eerr) = texts(&eval);
     // Every call of a deep recursive component in its explicit-stack machine (passes/machines.rs).
     let machine = vlad_env(
         root,
@@ -229,7 +231,7 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
         &[MACHINES_ONLY, COLLECT_OFTEN, QUICK_CC],
         &["run", rel],
     );
-    let (mout, merr) = text(&machine);
+    let (mout, merr) = texts(&machine);
     if !same_output(&mout, &eout) || merr != eerr || machine.status.code() != eval.status.code() {
         return Err(format!(
             "{rel}: native code run in its machines and the evaluator differ\n--- machines ({}):\n{mout}{merr}\n--- evaluator ({}):\n{eout}{eerr}",
@@ -1292,14 +1294,8 @@ fn random_programs_compiled_natively_print_what_the_evaluator_prints() {
                 String::from_utf8_lossy(&machine.stdout)
             ));
         }
-        let (nout, nerr) = (
-            String::from_utf8_lossy(&native.stdout),
-            String::from_utf8_lossy(&native.stderr),
-        );
-        let (eout, eerr) = (
-            String::from_utf8_lossy(&eval.stdout),
-            String::from_utf8_lossy(&eval.stderr),
-        );
+        let (nout, nerr) = texts(&native);
+        let (eout, eerr) = texts(&eval);
         assert!(
             eval.status.success() && eerr.is_empty() && eout.lines().count() >= PER_FILE,
             "random{n}.vlad: every expression gives a value in the evaluator: {eerr}"
@@ -1431,14 +1427,8 @@ fn array_kernels_at_ties_and_edge_values_print_what_the_evaluator_prints() {
         let input = vlad_random::KERNEL_LENGTHS;
         let native = vlad_reading(&root, cache.path(), &[], &["run", &file], input);
         let eval = vlad_reading(&root, cache.path(), &[], &["run", "--interp", &file], input);
-        let (nout, nerr) = (
-            String::from_utf8_lossy(&native.stdout),
-            String::from_utf8_lossy(&native.stderr),
-        );
-        let (eout, eerr) = (
-            String::from_utf8_lossy(&eval.stdout),
-            String::from_utf8_lossy(&eval.stderr),
-        );
+        let (nout, nerr) = texts(&native);
+        let (eout, eerr) = texts(&eval);
         assert!(
             eval.status.success() && eerr.is_empty() && eout.lines().count() == PER_FILE,
             "{name}: every expression gives a value in the evaluator: {eerr}"
