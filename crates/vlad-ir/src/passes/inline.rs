@@ -147,36 +147,50 @@ pub fn inlinable(f: &Function, limit: usize) -> bool {
     }
     // Stores into an array the function makes itself (a small `build` unrolled) are its own
     // business; any other store writes into what it was given.
-    let mut own = std::collections::HashSet::new();
+    let own = own_arrays(&f.body);
+    let mut writes = false;
     walk(&f.body, &mut |s| {
+        writes |= writes_given(s, &own)
+            || match s {
+                Stmt::Release(_)
+                | Stmt::Loop(_)
+                | Stmt::Continue
+                | Stmt::Member { .. }
+                | Stmt::MachineCall { .. }
+                | Stmt::MachineTailCall { .. } => true,
+                Stmt::Let(_, op) => matches!(
+                    op,
+                    Op::Mark
+                        | Op::ReleaseCarrying { .. }
+                        | Op::Collect { .. }
+                        | Op::Call { guard: Some(_), .. }
+                ),
+                _ => false,
+            }
+    });
+    !writes && returns_at_ends(&f.body)
+}
+
+/// The arrays a function makes itself (`new array`): stores into them are its own business.
+pub(crate) fn own_arrays(body: &[Stmt]) -> std::collections::HashSet<Var> {
+    let mut own = std::collections::HashSet::new();
+    walk(body, &mut |s| {
         if let Stmt::Let(vs, Op::NewArray { .. }) = s {
             own.extend(vs.iter().copied());
         }
     });
-    let mut writes = false;
-    walk(&f.body, &mut |s| {
-        writes |= match s {
-            Stmt::Store { array, .. } => !array.var().is_some_and(|a| own.contains(&a)),
-            Stmt::SetField { .. }
-            | Stmt::SetGlobal(..)
-            | Stmt::Release(_)
-            | Stmt::Loop(_)
-            | Stmt::Continue
-            | Stmt::Member { .. }
-            | Stmt::MachineCall { .. }
-            | Stmt::MachineTailCall { .. } => true,
-            Stmt::Let(_, op) => matches!(
-                op,
-                Op::Mark
-                    | Op::ReleaseCarrying { .. }
-                    | Op::Collect { .. }
-                    | Op::Rt(crate::Rt::AccOwned | crate::Rt::AccMark, _)
-                    | Op::Call { guard: Some(_), .. }
-            ),
-            _ => false,
-        }
-    });
-    !writes && returns_at_ends(&f.body)
+    own
+}
+
+/// Whether a statement may write into an array its function did not make (`own`: a store into
+/// one, in-place accumulation, a boxed object's field, a global).
+pub(crate) fn writes_given(s: &Stmt, own: &std::collections::HashSet<Var>) -> bool {
+    match s {
+        Stmt::Store { array, .. } => !array.var().is_some_and(|a| own.contains(&a)),
+        Stmt::SetField { .. } | Stmt::SetGlobal(..) => true,
+        Stmt::Let(_, Op::Rt(crate::Rt::AccOwned | crate::Rt::AccMark, _)) => true,
+        _ => false,
+    }
 }
 
 /// Whether every return of a block is its last statement, or in an `if` or `switch` that is,

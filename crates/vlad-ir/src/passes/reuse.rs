@@ -22,7 +22,8 @@
 //! for a shared value.
 
 use crate::ir::*;
-use crate::Rt;
+use crate::passes::inline::{own_arrays, writes_given};
+use crate::passes::sparse::definitions;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
@@ -34,28 +35,6 @@ pub fn run(p: &mut Program) {
         if function(f, &|c| writers[c.0 as usize]) {
             super::simplify::function(f);
         }
-    }
-}
-
-/// The arrays a function makes itself (`new array`): stores into them are its own business.
-fn own_arrays(body: &[Stmt]) -> HashSet<Var> {
-    let mut own = HashSet::new();
-    walk(body, &mut |s| {
-        if let Stmt::Let(vs, Op::NewArray { .. }) = s {
-            own.extend(vs.iter().copied());
-        }
-    });
-    own
-}
-
-/// Whether a statement may write into an array its function did not make (a store into one,
-/// in-place accumulation, a boxed object's field).
-fn writes_given(s: &Stmt, own: &HashSet<Var>) -> bool {
-    match s {
-        Stmt::Store { array, .. } => !array.var().is_some_and(|a| own.contains(&a)),
-        Stmt::SetField { .. } | Stmt::SetGlobal(..) => true,
-        Stmt::Let(_, Op::Rt(Rt::AccOwned | Rt::AccMark, _)) => true,
-        _ => false,
     }
 }
 
@@ -163,19 +142,6 @@ enum Expr {
 /// The functions whose values are worth a store and a load.
 fn costly(op: UnOp) -> bool {
     matches!(op, UnOp::Exp | UnOp::Log | UnOp::Sin | UnOp::Cos)
-}
-
-/// The operation that defines each variable defined once by a `Let` of one result.
-fn definitions(body: &[Stmt]) -> HashMap<Var, Op> {
-    let mut defs = HashMap::new();
-    walk(body, &mut |s| {
-        if let Stmt::Let(vs, op) = s {
-            if let [v] = vs[..] {
-                defs.insert(v, op.clone());
-            }
-        }
-    });
-    defs
 }
 
 /// A loop's index, count and body.

@@ -217,8 +217,9 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
     })
 }
 
-/// The statements of a step that are pure definitions, by the variable they define.
-fn definitions(body: &[Stmt]) -> HashMap<Var, Op> {
+/// The operation that defines each variable a `Let` of one result defines (in a step: its
+/// pure definitions, by the variable they define).
+pub(crate) fn definitions(body: &[Stmt]) -> HashMap<Var, Op> {
     let mut defs = HashMap::new();
     walk(body, &mut |t| {
         if let Stmt::Let(vs, op) = t {
