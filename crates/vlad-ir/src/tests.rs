@@ -16,6 +16,19 @@ fn spec(key: usize) -> FuncKind {
     FuncKind::Specialised { key }
 }
 
+/// `let v: ty = load array[index].0`, a fresh variable named `PREFIX<n>`.
+fn load(b: &mut Builder, ty: Ty, prefix: &str, array: Var, index: Operand) -> Var {
+    b.let1(
+        ty,
+        prefix,
+        Op::Load {
+            array: Operand::Var(array),
+            index,
+            slot: 0,
+        },
+    )
+}
+
 /// `f0(a: f64) -> f64 { return a + 1 }`.
 fn add_one() -> Function {
     let mut b = Builder::new();
@@ -430,15 +443,7 @@ fn build_and_ifold_lower_to_counted_loops() {
     let s = b.var(Ty::F64, "s");
     let j = b.var(Ty::I64, "i");
     b.open();
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Load {
-            array: Operand::Var(arr),
-            index: Operand::Var(j),
-            slot: 0,
-        },
-    );
+    let y = load(&mut b, Ty::F64, "y", arr, Operand::Var(j));
     let z = b.let1(
         Ty::F64,
         "z",
@@ -684,15 +689,7 @@ fn fold_of_gets() -> Program {
                 vec![Operand::I64(site as i64), Operand::Var(r), Operand::Var(n)],
             ),
         );
-        b.let1(
-            Ty::F64,
-            "x",
-            Op::Load {
-                array: Operand::Var(a),
-                index: Operand::Var(k),
-                slot: 0,
-            },
-        )
+        load(b, Ty::F64, "x", a, Operand::Var(k))
     };
     let x = get(&mut b, 1, e);
     let y = get(&mut b, 2, u);
@@ -952,15 +949,7 @@ fn a_small_array_read_at_constant_indices_becomes_scalars() {
     let s = b.var(Ty::F64, "s");
     let j = b.var(Ty::I64, "j");
     b.open();
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::Var(j),
-            slot: 0,
-        },
-    );
+    let y = load(&mut b, Ty::F64, "y", a, Operand::Var(j));
     let n = b.let1(
         Ty::F64,
         "n",
@@ -1076,28 +1065,12 @@ fn unused_builds_of_builds_and_new_arrays_are_dead_code() {
     let m = b.var(Ty::Array(layout(std::slice::from_ref(&row_ty))), "m");
     let i = b.var(Ty::I64, "i");
     b.open();
-    let row = b.let1(
-        row_ty.clone(),
-        "row",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::Var(i),
-            slot: 0,
-        },
-    );
+    let row = load(&mut b, row_ty.clone(), "row", a, Operand::Var(i));
     let k = b.let1(Ty::I64, "k", Op::Length(Operand::Var(row)));
     let inner = b.var(row_ty.clone(), "r");
     let j = b.var(Ty::I64, "j");
     b.open();
-    let x = b.let1(
-        Ty::F64,
-        "x",
-        Op::Load {
-            array: Operand::Var(row),
-            index: Operand::Var(j),
-            slot: 0,
-        },
-    );
+    let x = load(&mut b, Ty::F64, "x", row, Operand::Var(j));
     let y = b.let1(
         Ty::F64,
         "y",
@@ -1205,18 +1178,8 @@ fn forward_grad_dot_of(init: f64, exp: bool) -> Function {
     let (s0, s1) = (b.var(Ty::F64, "s"), b.var(Ty::F64, "s"));
     let k = b.var(Ty::I64, "k");
     b.open();
-    let load = |b: &mut Builder, a: Var| {
-        b.let1(
-            Ty::F64,
-            "a",
-            Op::Load {
-                array: Operand::Var(a),
-                index: Operand::Var(k),
-                slot: 0,
-            },
-        )
-    };
-    let (xk, hk, vk) = (load(&mut b, x), load(&mut b, h), load(&mut b, v));
+    let at_k = |b: &mut Builder, a: Var| load(b, Ty::F64, "a", a, Operand::Var(k));
+    let (xk, hk, vk) = (at_k(&mut b, x), at_k(&mut b, h), at_k(&mut b, v));
     let vk = if exp {
         b.let1(Ty::F64, "e", Op::Unary(UnOp::Exp, Operand::Var(vk)))
     } else {
@@ -1360,15 +1323,7 @@ fn a_check_that_two_lengths_are_equal_proves_reads_of_the_one_by_a_loop_over_the
                 vec![Operand::I64(site), Operand::Var(j), Operand::Var(nw)],
             ),
         );
-        let a = b.let1(
-            Ty::F64,
-            "a",
-            Op::Load {
-                array: Operand::Var(w),
-                index: Operand::Var(k),
-                slot: 0,
-            },
-        );
+        let a = load(b, Ty::F64, "a", w, Operand::Var(k));
         let t = b.let1(
             Ty::F64,
             "t",
@@ -1469,29 +1424,13 @@ fn running_maximum() -> Function {
     let g = b.var(arr, "g");
     let i = b.var(Ty::I64, "i");
     b.open();
-    let x0 = b.let1(
-        Ty::F64,
-        "x0",
-        Op::Load {
-            array: Operand::Var(x),
-            index: Operand::I64(0),
-            slot: 0,
-        },
-    );
+    let x0 = load(&mut b, Ty::F64, "x0", x, Operand::I64(0));
     let (m, d) = (b.var(Ty::F64, "m"), b.var(Ty::F64, "d"));
     let j = b.var(Ty::I64, "j");
     b.open();
     let (m2, d2) = (b.var(Ty::F64, "m"), b.var(Ty::F64, "d"));
     b.push(Stmt::Declare(vec![m2, d2]));
-    let xj = b.let1(
-        Ty::F64,
-        "xj",
-        Op::Load {
-            array: Operand::Var(x),
-            index: Operand::Var(j),
-            slot: 0,
-        },
-    );
+    let xj = load(&mut b, Ty::F64, "xj", x, Operand::Var(j));
     let c = b.let1(
         Ty::Bool,
         "c",
@@ -1533,15 +1472,7 @@ fn running_maximum() -> Function {
     let (s, t) = (b.var(Ty::F64, "s"), b.var(Ty::F64, "t"));
     let k = b.var(Ty::I64, "k");
     b.open();
-    let xk = b.let1(
-        Ty::F64,
-        "xk",
-        Op::Load {
-            array: Operand::Var(x),
-            index: Operand::Var(k),
-            slot: 0,
-        },
-    );
+    let xk = load(&mut b, Ty::F64, "xk", x, Operand::Var(k));
     let s2 = b.let1(
         Ty::F64,
         "s",
@@ -1665,15 +1596,7 @@ fn reads_of_an_array_written_in_place_are_neither_hoisted_nor_fused() {
     let s = b.var(Ty::F64, "s");
     let i = b.var(Ty::I64, "i");
     b.open();
-    let x = b.let1(
-        Ty::F64,
-        "x",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::I64(0),
-            slot: 0,
-        },
-    );
+    let x = load(&mut b, Ty::F64, "x", a, Operand::I64(0));
     let y = b.let1(
         Ty::F64,
         "y",
@@ -1702,15 +1625,7 @@ fn reads_of_an_array_written_in_place_are_neither_hoisted_nor_fused() {
     let doubled = b.var(arr, "b");
     let j = b.var(Ty::I64, "j");
     b.open();
-    let aj = b.let1(
-        Ty::F64,
-        "aj",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::Var(j),
-            slot: 0,
-        },
-    );
+    let aj = load(&mut b, Ty::F64, "aj", a, Operand::Var(j));
     let d = b.let1(
         Ty::F64,
         "d",
@@ -1731,15 +1646,7 @@ fn reads_of_an_array_written_in_place_are_neither_hoisted_nor_fused() {
         slot: 0,
         value: Operand::F64(5.0),
     });
-    let b0 = b.let1(
-        Ty::F64,
-        "b0",
-        Op::Load {
-            array: Operand::Var(doubled),
-            index: Operand::I64(0),
-            slot: 0,
-        },
-    );
+    let b0 = load(&mut b, Ty::F64, "b0", doubled, Operand::I64(0));
     let r = b.let1(
         Ty::F64,
         "r",
@@ -1774,15 +1681,7 @@ fn small_arrays_behind_a_check_and_a_join() -> Function {
     push_length_check(&mut b, ok, "plus", Operand::Var(n), Operand::I64(3));
     let i = b.var(Ty::I64, "i");
     b.open();
-    let e = b.let1(
-        Ty::F64,
-        "e",
-        Op::Load {
-            array: Operand::Var(x),
-            index: Operand::Var(i),
-            slot: 0,
-        },
-    );
+    let e = load(&mut b, Ty::F64, "e", x, Operand::Var(i));
     let e1 = b.let1(
         Ty::F64,
         "e",
@@ -1842,24 +1741,8 @@ fn small_arrays_behind_a_check_and_a_join() -> Function {
             vec![Operand::I64(-1), Operand::I64(1), Operand::Var(m)],
         ),
     );
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Load {
-            array: Operand::Var(j),
-            index: Operand::Var(k),
-            slot: 0,
-        },
-    );
-    let z = b.let1(
-        Ty::F64,
-        "z",
-        Op::Load {
-            array: Operand::Var(built),
-            index: Operand::I64(2),
-            slot: 0,
-        },
-    );
+    let y = load(&mut b, Ty::F64, "y", j, Operand::Var(k));
+    let z = load(&mut b, Ty::F64, "z", built, Operand::I64(2));
     let r = b.let1(
         Ty::F64,
         "r",
@@ -1970,15 +1853,7 @@ fn two_calls_of_forward_triple() -> Function {
                 guard: None,
             },
         ));
-        b.let1(
-            Ty::F64,
-            "e",
-            Op::Load {
-                array: Operand::Var([p, t][which]),
-                index: Operand::I64(k),
-                slot: 0,
-            },
-        )
+        load(b, Ty::F64, "e", [p, t][which], Operand::I64(k))
     };
     let first = read(&mut b, a, 0, 2);
     let second = read(&mut b, c, 1, 1);
@@ -2111,15 +1986,7 @@ fn loop_reading_a_constant_index_and_branching_on_an_invariant() -> Function {
             vec![Operand::I64(-1), Operand::I64(2), Operand::Var(m)],
         ),
     );
-    let x = b.let1(
-        Ty::F64,
-        "x",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::Var(k),
-            slot: 0,
-        },
-    );
+    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(k));
     let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
     let c = b.let1(
         Ty::Bool,
@@ -2229,15 +2096,7 @@ fn an_array_joined_before_it_is_filled_is_left_an_array() {
         slot: 0,
         value: Operand::Var(x),
     });
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Load {
-            array: Operand::Var(j),
-            index: Operand::I64(0),
-            slot: 0,
-        },
-    );
+    let y = load(&mut b, Ty::F64, "y", j, Operand::I64(0));
     b.push(Stmt::Return(vec![Operand::Var(y)]));
     let mut p = program(vec![b.finish(spec(0), vec![p], layout(&[Ty::F64]))]);
     verify(&p).unwrap();
@@ -2289,15 +2148,7 @@ fn a_variable_assigned_twice_in_a_branch_is_not_taken_for_a_join() {
 /// `exp(x_i - m)` in a loop over `n` indexed by `i`, as the loop's body computes it: the
 /// variable holding it.
 fn exp_of_entry_minus(b: &mut Builder, x: Var, i: Var, m: Var) -> Var {
-    let xi = b.let1(
-        Ty::F64,
-        "xi",
-        Op::Load {
-            array: Operand::Var(x),
-            index: Operand::Var(i),
-            slot: 0,
-        },
-    );
+    let xi = load(b, Ty::F64, "xi", x, Operand::Var(i));
     let d = b.let1(
         Ty::F64,
         "d",
@@ -2418,15 +2269,7 @@ fn reads_or_writes_its_array(writes: bool) -> Function {
     let mut b = Builder::new();
     let arr = Ty::Array(layout(&[Ty::F64]));
     let a = b.named_var(arr, "a".into());
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Load {
-            array: Operand::Var(a),
-            index: Operand::I64(0),
-            slot: 0,
-        },
-    );
+    let y = load(&mut b, Ty::F64, "y", a, Operand::I64(0));
     if writes {
         b.push(Stmt::Store {
             array: Operand::Var(a),
