@@ -113,8 +113,7 @@ pub fn function(f: &mut Function, writes: &dyn Fn(FuncId) -> bool) -> bool {
     mutable.extend(stored);
     let mut vars = std::mem::take(&mut f.vars);
     let mut cx = Cx {
-        defs,
-        mutable,
+        m: Matcher { defs, mutable },
         vars: &mut vars,
         changed: false,
     };
@@ -202,8 +201,7 @@ struct Producer {
 }
 
 struct Cx<'a> {
-    defs: HashMap<Var, Op>,
-    mutable: HashSet<Var>,
+    m: Matcher,
     vars: &'a mut Vec<VarInfo>,
     changed: bool,
 }
@@ -244,11 +242,11 @@ impl Cx<'_> {
             ..
         } = &b[a]
         {
-            if let Some(Op::Binary(BinOp::ILt, Operand::I64(0), n)) = self.defs.get(c) {
+            if let Some(Op::Binary(BinOp::ILt, Operand::I64(0), n)) = self.m.defs.get(c) {
                 let joins: HashMap<Var, Operand> = then
                     .iter()
                     .filter_map(|t| match t {
-                        Stmt::Set(v, x) if !self.mutable.contains(v) => Some((*v, x.clone())),
+                        Stmt::Set(v, x) if !self.m.mutable.contains(v) => Some((*v, x.clone())),
                         _ => None,
                     })
                     .collect();
@@ -293,11 +291,13 @@ impl Cx<'_> {
         for s in p_body {
             if let Stmt::Let(vs, op @ Op::Unary(u, _)) = s {
                 if let ([v], true) = (&vs[..], costly(*u)) {
-                    let m = Matcher {
-                        defs: &self.defs,
-                        mutable: &self.mutable,
+                    let outside = HashMap::new();
+                    let scope = Scope {
+                        index: p_index,
+                        variant: &p_variant,
+                        joins: &outside,
                     };
-                    if let Some(e) = m.expr_op(op, p_index, &p_variant, &HashMap::new(), 0) {
+                    if let Some(e) = self.m.expr_op(op, &scope, 0) {
                         values.push((*v, e));
                     }
                 }
@@ -322,9 +322,9 @@ impl Cx<'_> {
                         t
                     })
                 };
-                let (defs, mutable) = (&self.defs, &self.mutable);
-                let cx = Matcher { defs, mutable };
-                self.changed |= cx.consume(later, &p_count, &prod.joins, &expr, &mut make);
+                self.changed |= self
+                    .m
+                    .consume(later, &p_count, &prod.joins, &expr, &mut make);
             }
             if let Some(t) = array {
                 let p = Self::producer_loop_mut(b, prod);
@@ -365,12 +365,21 @@ fn replace(body: &mut Block, found: &[Var], array: Var, index: Var) {
 }
 
 /// What expressions are compared with: the function's definitions and assigned variables.
-struct Matcher<'a> {
-    defs: &'a HashMap<Var, Op>,
-    mutable: &'a HashSet<Var>,
+struct Matcher {
+    defs: HashMap<Var, Op>,
+    mutable: HashSet<Var>,
 }
 
-impl Matcher<'_> {
+/// The loop an expression is read in: its index, what it defines or changes (`variant`), and
+/// the variables joining the branches of the `if` the producer is in, read as what the first
+/// branch assigned them (`joins`).
+struct Scope<'s> {
+    index: Var,
+    variant: &'s [Var],
+    joins: &'s HashMap<Var, Operand>,
+}
+
+impl Matcher {
     /// In `s` and the statements nested in it, the loops over `count` that compute `want`
     /// read it from the array `make` gives instead; whether any did.
     fn consume(
@@ -385,8 +394,13 @@ impl Matcher<'_> {
         if let Some((index, c_count, body)) = loop_parts(s) {
             if same_count(c_count, count) {
                 let variant = variant(s);
+                let scope = Scope {
+                    index,
+                    variant: &variant,
+                    joins,
+                };
                 let mut found = Vec::new();
-                self.find(body, index, &variant, joins, want, &mut found);
+                self.find(body, &scope, want, &mut found);
                 if !found.is_empty() {
                     let t = make();
                     replace(loop_body_mut(s), &found, t, index);
@@ -404,27 +418,19 @@ impl Matcher<'_> {
 
     /// The variables of a consumer's body (outside its nested loops) defined by the costly
     /// expression `want`.
-    fn find(
-        &self,
-        body: &[Stmt],
-        index: Var,
-        variant: &[Var],
-        joins: &HashMap<Var, Operand>,
-        want: &Expr,
-        found: &mut Vec<Var>,
-    ) {
+    fn find(&self, body: &[Stmt], scope: &Scope, want: &Expr, found: &mut Vec<Var>) {
         for s in body {
             match s {
                 Stmt::Let(vs, op @ Op::Unary(u, _))
                     if costly(*u)
                         && vs.len() == 1
-                        && self.expr_op(op, index, variant, joins, 0).as_ref() == Some(want) =>
+                        && self.expr_op(op, scope, 0).as_ref() == Some(want) =>
                 {
                     found.push(vs[0]);
                 }
                 Stmt::If { then, els, .. } => {
-                    self.find(then, index, variant, joins, want, found);
-                    self.find(els, index, variant, joins, want, found);
+                    self.find(then, scope, want, found);
+                    self.find(els, scope, want, found);
                 }
                 _ => {}
             }
@@ -433,25 +439,27 @@ impl Matcher<'_> {
 
     /// The expression an operand of a loop's body stands for, if it is one of the loop's index
     /// and of values from before the loop.
-    fn expr(
-        &self,
-        x: &Operand,
-        index: Var,
-        variant: &[Var],
-        joins: &HashMap<Var, Operand>,
-        depth: u32,
-    ) -> Option<Expr> {
+    fn expr(&self, x: &Operand, scope: &Scope, depth: u32) -> Option<Expr> {
         match x {
             Operand::F64(c) => Some(Expr::F64(c.to_bits())),
             Operand::I64(c) => Some(Expr::I64(*c)),
             Operand::Bool(c) => Some(Expr::Bool(*c)),
-            Operand::Var(v) if *v == index => Some(Expr::Index),
-            Operand::Var(v) if variant.contains(v) => {
+            Operand::Var(v) if *v == scope.index => Some(Expr::Index),
+            Operand::Var(v) if scope.variant.contains(v) => {
                 let op = self.defs.get(v)?;
-                self.expr_op(op, index, variant, joins, depth + 1)
+                self.expr_op(op, scope, depth + 1)
             }
-            Operand::Var(v) => match joins.get(v) {
-                Some(x) => self.expr(x, index, &[], &HashMap::new(), depth + 1),
+            Operand::Var(v) => match scope.joins.get(v) {
+                // What the first branch assigned: a value from before the loop.
+                Some(x) => {
+                    let outside = HashMap::new();
+                    let before = Scope {
+                        index: scope.index,
+                        variant: &[],
+                        joins: &outside,
+                    };
+                    self.expr(x, &before, depth + 1)
+                }
                 None if self.mutable.contains(v) => None,
                 None => Some(Expr::Var(*v)),
             },
@@ -459,18 +467,11 @@ impl Matcher<'_> {
         }
     }
 
-    fn expr_op(
-        &self,
-        op: &Op,
-        index: Var,
-        variant: &[Var],
-        joins: &HashMap<Var, Operand>,
-        depth: u32,
-    ) -> Option<Expr> {
+    fn expr_op(&self, op: &Op, scope: &Scope, depth: u32) -> Option<Expr> {
         if depth > 16 {
             return None;
         }
-        let sub = |x: &Operand| self.expr(x, index, variant, joins, depth);
+        let sub = |x: &Operand| self.expr(x, scope, depth);
         Some(match op {
             Op::Copy(x) => sub(x)?,
             Op::Unary(u, x) => Expr::Unary(*u, Box::new(sub(x)?)),
@@ -479,7 +480,7 @@ impl Matcher<'_> {
                 array: Operand::Var(a),
                 index: i,
                 slot,
-            } if !variant.contains(a) && !self.mutable.contains(a) => {
+            } if !scope.variant.contains(a) && !self.mutable.contains(a) => {
                 Expr::Load(*a, Box::new(sub(i)?), *slot)
             }
             _ => return None,
