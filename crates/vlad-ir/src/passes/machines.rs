@@ -11,8 +11,8 @@
 //! (and only those) in heap frames on an explicit stack instead of C locals (liveness is
 //! computed on the IR: `liveness`). A call between members pushes the callee's frame and jumps
 //! to the machine's dispatch (`MachineCall`); a return pops the frame; a tail call between
-//! members replaces the frame (`MachineTailCall`). The machine never recurses natively, so a recursion of any depth
-//! inside the component uses a constant amount of C stack.
+//! members replaces the frame (`MachineTailCall`). The machine never recurses natively, so a
+//! recursion of any depth inside the component uses a constant amount of C stack.
 //!
 //! The native members stay as they were (their locals in registers), but for a guard on each
 //! non-tail call of another member: once the C stack is deeper than a budget, the call goes to
