@@ -151,6 +151,9 @@ runtime! {
     ArgReal => "vl_arg_real", [Ptr, Str], F64, CHECK;
     NotArray => "vl_not_array", [I64, Str, Ptr], None, FAIL;
     LengthFail => "vl_length_fail", [Str, I64, I64], None, FAIL;
+    /// `LengthFail` where a sweep adds two sensitivities of one value (`%accumulate`):
+    /// `passes::unread` drops it with the sensitivity if no one reads that.
+    AccLengthFail => "vl_length_fail", [Str, I64, I64], None, FAIL;
     /// The lazy one-hot sensitivity of a reverse `get`.
     OneHot => "vl_onehot", [Ptr, I64, I64, Ptr, I64, Ptr], Boxed, ALLOC;
     /// The list `build`'s loop accumulated as an array: boxed (0) or flat of boxed elements (1).

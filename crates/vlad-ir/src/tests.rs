@@ -2312,3 +2312,268 @@ fn values_are_shared_across_calls_of_functions_that_write_into_no_given_array() 
         );
     }
 }
+
+/// How the step of `sweep_over` treats the array it is given.
+#[derive(Clone, Copy, PartialEq)]
+enum Given {
+    /// Adds into it in place where `vl_acc_owned` says it may, as an accumulation does, its
+    /// lengths checked as `%accumulate` checks them.
+    Accumulated,
+    /// Adds into it in place whatever it is, its lengths checked as `plus` checks them.
+    Written,
+    /// As `Accumulated`, its lengths checked as `plus` checks them.
+    CheckedAsPlus,
+}
+
+/// A reverse sweep's step, `f1(x: array(f64), a: array(f64), s: f64, i: i64) -> (array(f64),
+/// f64)`: adds 1 into element `i` of `a` (the data's sensitivity) and returns it with `s + x_i`
+/// (the argument's).
+fn sweep_step(given: Given) -> Function {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let x = b.named_var(arr.clone(), "x".into());
+    let a = b.named_var(arr.clone(), "a".into());
+    let s = b.named_var(Ty::F64, "s".into());
+    let i = b.named_var(Ty::I64, "i".into());
+    let acc = b.var(arr.clone(), "acc");
+    b.push(Stmt::Declare(vec![acc]));
+    let owned = match given {
+        Given::Written => Operand::Bool(true),
+        _ => Operand::Var(b.let1(
+            Ty::Bool,
+            "owned",
+            Op::Rt(Rt::AccOwned, vec![Operand::Var(a)]),
+        )),
+    };
+    b.open();
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let c = b.let1(
+        arr.clone(),
+        "c",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::Var(n),
+        },
+    );
+    let c = b.let1(arr.clone(), "c", Op::Rt(Rt::AccMark, vec![Operand::Var(c)]));
+    b.push(Stmt::Set(acc, Operand::Var(c)));
+    let copy = b.close();
+    b.push(Stmt::If {
+        cond: owned,
+        then: vec![Stmt::Set(acc, Operand::Var(a))],
+        els: copy,
+    });
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(acc)));
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(x)));
+    let same = b.let1(
+        Ty::Bool,
+        "same",
+        Op::Binary(BinOp::IEq, Operand::Var(n), Operand::Var(m)),
+    );
+    b.open();
+    let fail = if given == Given::Accumulated {
+        Rt::AccLengthFail
+    } else {
+        Rt::LengthFail
+    };
+    b.effect(Op::Rt(
+        fail,
+        vec![
+            Operand::Str("plus".into()),
+            Operand::Var(n),
+            Operand::Var(m),
+        ],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(same),
+        then: vec![],
+        els: fail,
+    });
+    let y = load(&mut b, Ty::F64, "y", acc, Operand::Var(i));
+    let y1 = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(y), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(acc),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(y1),
+    });
+    let xi = load(&mut b, Ty::F64, "xi", x, Operand::Var(i));
+    let s1 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(xi)),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(acc), Operand::Var(s1)]));
+    b.finish(spec(1), vec![x, a, s, i], layout(&[arr, Ty::F64]))
+}
+
+/// The program's entry `f0(x: array(f64), d: array(f64)) -> (f64[, array(f64)])`: an `ifold`
+/// over `x`'s indices of the data's sensitivity (from `d`) and the argument's (from 0), each
+/// step a call of `sweep_step(given)`; it returns the argument's sensitivity, and the data's
+/// if `data_read`.
+fn sweep_over(given: Given, data_read: bool) -> Program {
+    let mut b = Builder::new();
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let x = b.named_var(arr.clone(), "x".into());
+    let d = b.named_var(arr.clone(), "d".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let (a, s, i) = (
+        b.var(arr.clone(), "a"),
+        b.var(Ty::F64, "s"),
+        b.var(Ty::I64, "i"),
+    );
+    b.open();
+    let (a1, s1) = (b.var(arr.clone(), "a"), b.var(Ty::F64, "s"));
+    b.push(Stmt::Let(
+        vec![a1, s1],
+        Op::Call {
+            func: FuncId(1),
+            args: [x, a, s, i].map(Operand::Var).to_vec(),
+            guard: None,
+        },
+    ));
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![a, s],
+        init: vec![Operand::Var(d), Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(a1), Operand::Var(s1)],
+    });
+    let mut results = vec![Operand::Var(s)];
+    if data_read {
+        results.push(Operand::Var(a));
+    }
+    let tys = results
+        .iter()
+        .map(|r| b.ty(r.var().unwrap()).clone())
+        .collect::<Vec<_>>();
+    b.push(Stmt::Return(results));
+    let f0 = b.finish(spec(0), vec![x, d], layout(&tys));
+    let mut p = program(vec![f0, sweep_step(given)]);
+    p.main = Some(FuncId(0));
+    p
+}
+
+#[test]
+fn a_sweep_no_longer_computes_a_sensitivity_no_one_reads() {
+    let mut p = sweep_over(Given::Accumulated, false);
+    verify(&p).unwrap();
+    passes::unread::run(&mut p);
+    verify(&p).unwrap();
+    let main = crate::print::function(&p, FuncId(0));
+    let step = crate::print::function(&p, FuncId(1));
+    // The loop carries the argument's sensitivity only; the step is given x, s and i, and
+    // neither checks, loads nor stores the data's.
+    assert!(main.contains("ifold from (0.0) count"), "{main}");
+    assert!(main.contains("= call f1(x, s"), "{main}");
+    assert!(
+        step.starts_with("fn f1(x: array(f64), s: f64, i: i64) -> (f64)"),
+        "{step}"
+    );
+    for gone in ["store", "vl_acc", "vl_length_fail", "new array"] {
+        assert!(!step.contains(gone), "{gone}: {step}");
+    }
+}
+
+#[test]
+fn a_sensitivity_read_or_an_array_written_whoever_holds_it_is_still_computed() {
+    // The data's sensitivity returned; a step that writes into whatever array it is given;
+    // a step whose check is `plus`'s (a user's addition: it must fail as the evaluator does).
+    for (given, data_read) in [
+        (Given::Accumulated, true),
+        (Given::Written, false),
+        (Given::CheckedAsPlus, false),
+    ] {
+        let mut p = sweep_over(given, data_read);
+        passes::unread::run(&mut p);
+        verify(&p).unwrap();
+        let step = crate::print::function(&p, FuncId(1));
+        assert!(step.contains("vl_length_fail"), "{step}");
+        if given != Given::CheckedAsPlus {
+            assert!(step.contains("store acc"), "{step}");
+        }
+    }
+}
+
+#[test]
+fn a_branch_that_returns_is_kept_though_it_computes_nothing_read() {
+    // f1(c) { if c { return 1 } else { return 2 } }, called by f0: both returns stay.
+    let mut b = Builder::new();
+    let c = b.named_var(Ty::Bool, "c".into());
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Return(vec![Operand::F64(1.0)])],
+        els: vec![Stmt::Return(vec![Operand::F64(2.0)])],
+    });
+    let f1 = b.finish(spec(1), vec![c], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let c = b.named_var(Ty::Bool, "c".into());
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::Var(c)],
+            guard: None,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let f0 = b.finish(spec(0), vec![c], layout(&[Ty::F64]));
+    let mut p = program(vec![f0, f1]);
+    p.main = Some(FuncId(0));
+    passes::unread::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(1));
+    assert!(
+        text.contains("if c") && text.contains("return 2.0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_call_that_may_not_return_runs_though_no_one_reads_its_result() {
+    // f1(x) = f1(x + 1), never returning; f0 calls it and returns 0.
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let x1 = b.let1(
+        Ty::F64,
+        "x",
+        Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0)),
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::Var(x1)],
+            guard: None,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let f1 = b.finish(spec(1), vec![x], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    b.let1(
+        Ty::F64,
+        "y",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::F64(0.0)],
+            guard: None,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::F64(0.0)]));
+    let f0 = b.finish(spec(0), vec![], layout(&[Ty::F64]));
+    let mut p = program(vec![f0, f1]);
+    p.main = Some(FuncId(0));
+    passes::unread::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("call f1("), "{text}");
+}

@@ -167,6 +167,13 @@ impl Lowerer<'_, '_> {
     /// `(%accumulate a b)`: `plus`, adding into `a`'s arrays in place where they are the
     /// accumulator's own (see the module documentation).
     pub(crate) fn accumulate(&mut self, a: &Val, b: &Val) -> R<Val> {
+        let outer = std::mem::replace(&mut self.accumulating, true);
+        let r = self.accumulate_values(a, b);
+        self.accumulating = outer;
+        r
+    }
+
+    fn accumulate_values(&mut self, a: &Val, b: &Val) -> R<Val> {
         let image = self
             .an
             .apply(

@@ -319,14 +319,16 @@ impl Lowerer<'_, '_> {
     /// different lengths `n` and `m`.
     pub(crate) fn lengths_agree(&mut self, op: &str, n: &Operand, m: &Operand) {
         let differ = self.let1(Ty::Bool, Op::Binary(BinOp::INe, m.clone(), n.clone()));
+        let fail = if self.accumulating {
+            Rt::AccLengthFail
+        } else {
+            Rt::LengthFail
+        };
         self.b.push(Stmt::If {
             cond: differ,
             then: vec![Stmt::Let(
                 Vec::new(),
-                Op::Rt(
-                    Rt::LengthFail,
-                    vec![Operand::Str(op.into()), n.clone(), m.clone()],
-                ),
+                Op::Rt(fail, vec![Operand::Str(op.into()), n.clone(), m.clone()]),
             )],
             els: Vec::new(),
         });

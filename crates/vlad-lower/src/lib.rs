@@ -121,6 +121,9 @@ struct Lowerer<'g, 'a> {
     /// Boxing only to print or describe a value: a closure whose code is never called boxed
     /// (it has no environment summary) is boxed without its environment.
     for_display: bool,
+    /// Lowering a sweep's `%accumulate`: the lengths it checks are those of two sensitivities
+    /// of one value (`Rt::AccLengthFail`).
+    accumulating: bool,
     /// Boxed constants: the global that holds each (see `boxed_val`), and the function that
     /// builds them all at start-up.
     constants: HashMap<Av, vlad_ir::GlobalId>,
@@ -183,6 +186,7 @@ pub fn lower(
         span: Span::NONE,
         map_kinds: Default::default(),
         for_display: false,
+        accumulating: false,
         constants: HashMap::new(),
         init: Builder::new(),
         in_init: false,

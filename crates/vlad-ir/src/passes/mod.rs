@@ -17,6 +17,7 @@ pub mod sites;
 pub mod sparse;
 pub mod tail;
 pub mod units;
+pub mod unread;
 pub mod version;
 
 use crate::ir::{Function, Program};
@@ -87,6 +88,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "inlining and scalar optimisation")?;
     reuse::run(p);
     check(p, "values stored for a later loop")?;
+    unread::run(p);
+    check(p, "values no one reads")?;
     dead::run(p);
     check(p, "dead functions")?;
     tail::run(p);
