@@ -605,6 +605,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("forward-grad-dot", "4\n"),
     ("forward-grad-lse", "5\n"),
     ("softmax", "5\n"),
+    ("reverse-data", "4\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

@@ -2537,6 +2537,157 @@ fn a_branch_that_returns_is_kept_though_it_computes_nothing_read() {
     );
 }
 
+/// A tape: `f0(n: i64) -> f64` makes an array of `n` records `(f64, f64, f64)`, each `(i, 2i,
+/// 3i)` as reals, copies it element by element into a second (if `copied`: `f2`, a function
+/// that only loads and builds), and returns `f1(tape)`, which loads slot 1 of record 0. If `escapes`, the tape is also given to the
+/// runtime (boxed by reference).
+fn tape_read_at_one_slot(copied: bool, escapes: bool) -> Program {
+    let rec = layout(&[Ty::F64, Ty::F64, Ty::F64]);
+    let tape_ty = Ty::Array(rec.clone());
+    let mut b = Builder::new();
+    let t = b.named_var(tape_ty.clone(), "t".into());
+    let y = load(&mut b, Ty::F64, "y", t, Operand::I64(0));
+    // `load` reads slot 0: this one reads slot 1.
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let mut f1 = b.finish(spec(1), vec![t], layout(&[Ty::F64]));
+    walk_mut(&mut f1.body, &mut |s| {
+        if let Stmt::Let(_, Op::Load { slot, .. }) = s {
+            *slot = 1;
+        }
+    });
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::I64, "n".into());
+    let tape = b.let1(
+        tape_ty.clone(),
+        "tape",
+        Op::NewArray {
+            layout: rec.clone(),
+            count: Operand::Var(n),
+        },
+    );
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.let1(Ty::F64, "x", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    for k in 0..3u32 {
+        let v = b.let1(
+            Ty::F64,
+            "v",
+            Op::Binary(BinOp::FMul, Operand::Var(x), Operand::F64(f64::from(k + 1))),
+        );
+        b.push(Stmt::Store {
+            array: Operand::Var(tape),
+            index: Operand::Var(i),
+            slot: k,
+            value: Operand::Var(v),
+        });
+    }
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    let mut read = tape;
+    let mut funcs = vec![];
+    if copied {
+        // f2(t) copies t element by element into a new array of records.
+        let mut c = Builder::new();
+        let t = c.named_var(tape_ty.clone(), "t".into());
+        let m = c.let1(Ty::I64, "m", Op::Length(Operand::Var(t)));
+        let j = c.var(Ty::I64, "j");
+        c.open();
+        let slots: Vec<Operand> = (0..3u32)
+            .map(|k| {
+                Operand::Var(c.let1(
+                    Ty::F64,
+                    "c",
+                    Op::Load {
+                        array: Operand::Var(t),
+                        index: Operand::Var(j),
+                        slot: k,
+                    },
+                ))
+            })
+            .collect();
+        let body = c.close();
+        let copy = c.var(tape_ty.clone(), "copy");
+        c.push(Stmt::Build {
+            array: copy,
+            layout: rec.clone(),
+            count: Operand::Var(m),
+            index: j,
+            body,
+            elem: slots,
+        });
+        c.push(Stmt::Return(vec![Operand::Var(copy)]));
+        funcs.push(c.finish(spec(2), vec![t], layout(std::slice::from_ref(&tape_ty))));
+        read = b.let1(
+            tape_ty.clone(),
+            "copy",
+            Op::Call {
+                func: FuncId(2),
+                args: vec![Operand::Var(tape)],
+                guard: None,
+            },
+        );
+    }
+    if escapes {
+        b.let1(
+            Ty::Boxed,
+            "boxed",
+            Op::Rt(
+                Rt::BoxFlatRef,
+                vec![Operand::Var(tape), Operand::I64(0), Operand::I64(0)],
+            ),
+        );
+    }
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::Var(read)],
+            guard: None,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let f0 = b.finish(spec(0), vec![n], layout(&[Ty::F64]));
+    let mut p = program([vec![f0, f1], funcs].concat());
+    p.main = Some(FuncId(0));
+    p
+}
+
+#[test]
+fn a_tape_keeps_only_the_slots_its_sweep_reads() {
+    for copied in [false, true] {
+        let mut p = tape_read_at_one_slot(copied, false);
+        verify(&p).unwrap();
+        passes::fields::run(&mut p);
+        verify(&p).unwrap();
+        let main = crate::print::function(&p, FuncId(0));
+        let read = crate::print::function(&p, FuncId(1));
+        // Records of one real, 2i, read at slot 0; the others neither stored nor copied.
+        assert!(main.contains("new array(f64) count n"), "{main}");
+        assert_eq!(main.matches("store").count(), 1, "{main}");
+        assert!(main.contains("fmul x3, 2.0"), "{main}");
+        assert!(!main.contains("3.0") && !main.contains("1.0"), "{main}");
+        assert!(
+            read.contains("t: array(f64)") && read.contains("].0"),
+            "{read}"
+        );
+    }
+}
+
+#[test]
+fn a_tape_the_runtime_sees_keeps_every_slot() {
+    let mut p = tape_read_at_one_slot(false, true);
+    passes::fields::run(&mut p);
+    verify(&p).unwrap();
+    let main = crate::print::function(&p, FuncId(0));
+    assert_eq!(main.matches("store").count(), 3, "{main}");
+    assert!(main.contains("new array(f64, f64, f64)"), "{main}");
+}
+
 #[test]
 fn a_call_that_may_not_return_runs_though_no_one_reads_its_result() {
     // f1(x) = f1(x + 1), never returning; f0 calls it and returns 0.

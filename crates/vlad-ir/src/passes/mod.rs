@@ -4,6 +4,7 @@
 
 pub mod carry;
 pub mod dead;
+pub mod fields;
 pub mod fission;
 pub mod fuse;
 pub mod inline;
@@ -92,6 +93,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "values no one reads")?;
     dead::run(p);
     check(p, "dead functions")?;
+    fields::run(p);
+    check(p, "slots no one reads")?;
     tail::run(p);
     check(p, "tail calls")?;
     marks::run(p);

@@ -1,0 +1,367 @@
+//! Slots of array elements that nothing reads, taken out of the layout.
+//!
+//! A reverse-mode `build` or `ifold` keeps a tape: a flat array of records, one per step, each
+//! the environment of the step's backpropagator. The lowering stores the whole environment
+//! (the arrays the step read, the index as a real several times, the values it computed),
+//! and once `passes::unread` has dropped the sensitivities no one reads (the data's), the
+//! sweep loads only a few of them. A slot that no `load` of the program reads is not stored,
+//! and the layout loses it, so the tape takes the memory and the stores of what the sweep
+//! reads.
+//!
+//! The analysis is by type: the slots of a layout that any `load` of an array of that layout
+//! reads, in any function. A layout that the runtime or a boxed value may see is left whole,
+//! with the layouts nested in it: an array passed to or returned by the runtime, cast, held
+//! by a boxed object or a global, a constant, in a union, or a parameter or result of a
+//! function the runtime calls. A layout no slot of which is read keeps its first slot.
+
+use crate::ir::*;
+use std::collections::{HashMap, HashSet};
+
+/// Drops the slots no one reads from every layout the program alone sees; the functions it
+/// changed are simplified again (the values only stored there are dead).
+pub fn run(p: &mut Program) {
+    let mut use_ = Uses::default();
+    for g in &p.globals {
+        use_.escape(&g.ty);
+    }
+    for l in p.code_slots.iter().flatten() {
+        for t in l.iter() {
+            use_.escape(t);
+        }
+    }
+    for f in &p.funcs {
+        if !matches!(f.kind, FuncKind::Specialised { .. }) {
+            for &v in &f.params {
+                use_.escape(f.ty(v));
+            }
+            for t in f.results.iter() {
+                use_.escape(t);
+            }
+        }
+        let copied = copied(f);
+        walk(&f.body, &mut |s| use_.stmt(p, f, s, &copied));
+    }
+    use_.propagate();
+    let mut kept = Kept {
+        keep: HashMap::new(),
+        mapped: HashMap::new(),
+    };
+    for f in &p.funcs {
+        for v in &f.vars {
+            kept.plan(&v.ty, &use_);
+        }
+        walk(&f.body, &mut |s| match s {
+            Stmt::Let(_, Op::NewArray { layout, .. }) | Stmt::Build { layout, .. } => {
+                kept.plan(&Ty::Array(layout.clone()), &use_)
+            }
+            _ => {}
+        });
+    }
+    if kept.keep.values().all(|k| k.iter().all(|&x| x)) {
+        return;
+    }
+    for f in &mut p.funcs {
+        let old: Vec<Ty> = f.vars.iter().map(|v| v.ty.clone()).collect();
+        let mut changed = false;
+        flat_map(&mut f.body, &mut |mut s| {
+            match &mut s {
+                Stmt::Store { array, slot, .. } => {
+                    if let Some(k) = kept.slots(&old, array) {
+                        match k[*slot as usize] {
+                            Some(n) => *slot = n,
+                            None => {
+                                changed = true;
+                                return vec![];
+                            }
+                        }
+                    }
+                }
+                Stmt::Let(_, Op::Load { array, slot, .. }) => {
+                    if let Some(k) = kept.slots(&old, array) {
+                        match k[*slot as usize] {
+                            Some(n) => *slot = n,
+                            // Only copied into slots that are dropped too.
+                            None => {
+                                changed = true;
+                                return vec![];
+                            }
+                        }
+                    }
+                }
+                Stmt::Let(_, Op::NewArray { layout, .. }) => *layout = kept.layout(layout),
+                Stmt::Build { layout, elem, .. } => {
+                    let k = &kept.keep[layout];
+                    changed |= k.contains(&false);
+                    let mut j = 0;
+                    elem.retain(|_| {
+                        j += 1;
+                        k[j - 1]
+                    });
+                    *layout = kept.layout(layout);
+                }
+                _ => {}
+            }
+            vec![s]
+        });
+        for v in &mut f.vars {
+            v.ty = kept.ty(&v.ty);
+        }
+        f.results = f.results.iter().map(|t| kept.ty(t)).collect();
+        if changed {
+            super::simplify::function(f);
+        }
+    }
+}
+
+/// A slot of a layout.
+type Slot = (Layout, u32);
+
+/// What the program does with each layout.
+#[derive(Default)]
+struct Uses {
+    /// The slots some `load` reads.
+    read: HashMap<Layout, Vec<bool>>,
+    /// The slots a `load` reads only to store the value in other slots (a copy of an array
+    /// into another, which forward mode makes of a tape): read if one of those is.
+    copies: HashMap<Slot, Vec<Slot>>,
+    /// Seen by the runtime or a boxed value: left whole.
+    escaped: HashSet<Layout>,
+}
+
+impl Uses {
+    fn is_read(&self, (l, s): &Slot) -> bool {
+        self.escaped.contains(l) || self.read.get(l).is_some_and(|r| r[*s as usize])
+    }
+
+    fn read_slot(&mut self, (l, s): Slot) {
+        let n = l.len();
+        self.read.entry(l).or_insert_with(|| vec![false; n])[s as usize] = true;
+    }
+
+    /// The slots copied into a slot that is read are read, to a fixed point.
+    fn propagate(&mut self) {
+        loop {
+            let now: Vec<Slot> = self
+                .copies
+                .iter()
+                .filter(|(from, to)| !self.is_read(from) && to.iter().any(|t| self.is_read(t)))
+                .map(|(from, _)| from.clone())
+                .collect();
+            if now.is_empty() {
+                return;
+            }
+            for s in now {
+                self.read_slot(s);
+            }
+        }
+    }
+
+    /// The layouts in a type, nested ones included, left whole.
+    fn escape(&mut self, t: &Ty) {
+        match t {
+            Ty::Array(l) if self.escaped.insert(l.clone()) => {
+                for t in l.iter() {
+                    self.escape(t);
+                }
+            }
+            Ty::Union(vs) => {
+                for l in vs.iter() {
+                    for t in l.iter() {
+                        self.escape(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn escape_operand(&mut self, p: &Program, f: &Function, x: &Operand) {
+        if let Some(t) = operand_ty(p, f, x) {
+            self.escape(&t);
+        }
+    }
+
+    fn stmt(&mut self, p: &Program, f: &Function, s: &Stmt, copied: &HashMap<Var, Vec<Slot>>) {
+        match s {
+            Stmt::Let(vs, op) => match op {
+                Op::Load { array, slot, .. } => {
+                    if let Some(Ty::Array(l)) = operand_ty(p, f, array) {
+                        let from = (l, *slot);
+                        match copied.get(&vs[0]) {
+                            Some(to) => self.copies.entry(from).or_default().extend_from_slice(to),
+                            None => self.read_slot(from),
+                        }
+                    }
+                }
+                Op::Call { .. } | Op::Copy(_) | Op::Length(_) | Op::NewArray { .. } => {}
+                Op::Mark | Op::Binary(..) | Op::Unary(..) => {}
+                // The runtime, boxed objects, unions, constants, and what later passes add.
+                _ => {
+                    for x in op_operands(op) {
+                        self.escape_operand(p, f, x);
+                    }
+                    for &v in vs {
+                        self.escape(f.ty(v));
+                    }
+                    match op {
+                        Op::Cast(_, t) | Op::Field { ty: t, .. } | Op::MakeUnion { ty: t, .. } => {
+                            self.escape(t)
+                        }
+                        Op::ArrayOf { layout, .. } => self.escape(&Ty::Array(layout.clone())),
+                        _ => {}
+                    }
+                }
+            },
+            Stmt::SetField { value, .. } | Stmt::SetGlobal(_, value) => {
+                self.escape_operand(p, f, value)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The variables of a function read only as values stored into slots of arrays (by `store`
+/// or as a `build`'s element), and those slots.
+fn copied(f: &Function) -> HashMap<Var, Vec<Slot>> {
+    let mut to: HashMap<Var, Vec<Slot>> = HashMap::new();
+    let mut other = HashSet::new();
+    walk(&f.body, &mut |s| {
+        let stored = match s {
+            Stmt::Store {
+                array: Operand::Var(a),
+                slot,
+                value: Operand::Var(v),
+                ..
+            } => match f.ty(*a) {
+                Ty::Array(l) => Some((*v, (l.clone(), *slot))),
+                _ => None,
+            },
+            _ => None,
+        };
+        let mut elems = Vec::new();
+        if let Stmt::Build { layout, elem, .. } = s {
+            for (j, x) in elem.iter().enumerate() {
+                if let Some(v) = x.var() {
+                    elems.push((v, (layout.clone(), j as u32)));
+                }
+            }
+        }
+        for x in stmt_operands(s) {
+            let Some(v) = x.var() else { continue };
+            let as_value = matches!(&stored, Some((w, _)) if *w == v)
+                && !matches!(s, Stmt::Store { array, index, .. }
+                    if array.var() == Some(v) || index.var() == Some(v));
+            let as_elem = matches!(s, Stmt::Build { count, .. } if count.var() != Some(v))
+                && elems.iter().any(|(w, _)| *w == v);
+            if !as_value && !as_elem {
+                other.insert(v);
+            }
+        }
+        if let Some((v, slot)) = stored {
+            to.entry(v).or_default().push(slot);
+        }
+        for (v, slot) in elems {
+            to.entry(v).or_default().push(slot);
+        }
+    });
+    to.retain(|v, _| !other.contains(v));
+    to
+}
+
+/// The type of an operand that is a variable or a global.
+fn operand_ty(p: &Program, f: &Function, x: &Operand) -> Option<Ty> {
+    match x {
+        Operand::Var(v) => Some(f.ty(*v).clone()),
+        Operand::Global(g) => Some(p.globals[g.0 as usize].ty.clone()),
+        _ => None,
+    }
+}
+
+/// The slots each layout keeps, and the layouts it becomes.
+struct Kept {
+    keep: HashMap<Layout, Vec<bool>>,
+    mapped: HashMap<Layout, Layout>,
+}
+
+impl Kept {
+    /// Decides which slots of the layouts in `t` are kept.
+    fn plan(&mut self, t: &Ty, uses: &Uses) {
+        match t {
+            Ty::Array(l) => {
+                if self.keep.contains_key(l) {
+                    return;
+                }
+                let mut k = if uses.escaped.contains(l) {
+                    vec![true; l.len()]
+                } else {
+                    uses.read
+                        .get(l)
+                        .cloned()
+                        .unwrap_or_else(|| vec![false; l.len()])
+                };
+                if !k.is_empty() && !k.contains(&true) {
+                    k[0] = true;
+                }
+                self.keep.insert(l.clone(), k);
+                for t in l.iter() {
+                    self.plan(t, uses);
+                }
+            }
+            Ty::Union(vs) => {
+                for l in vs.iter() {
+                    for t in l.iter() {
+                        self.plan(t, uses);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// For an array operand of the old types, each old slot's new number (`None`: dropped).
+    fn slots(&self, old: &[Ty], array: &Operand) -> Option<Vec<Option<u32>>> {
+        let Operand::Var(v) = array else { return None };
+        let Ty::Array(l) = &old[v.0 as usize] else {
+            return None;
+        };
+        let mut n = 0;
+        Some(
+            self.keep[l]
+                .iter()
+                .map(|&k| {
+                    k.then(|| {
+                        n += 1;
+                        n - 1
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    fn layout(&mut self, l: &Layout) -> Layout {
+        if let Some(m) = self.mapped.get(l) {
+            return m.clone();
+        }
+        let k = self.keep[l].clone();
+        let m: Layout = l
+            .iter()
+            .zip(k)
+            .filter(|(_, k)| *k)
+            .map(|(t, _)| self.ty(t))
+            .collect();
+        self.mapped.insert(l.clone(), m.clone());
+        m
+    }
+
+    fn ty(&mut self, t: &Ty) -> Ty {
+        match t {
+            Ty::Array(l) => Ty::Array(self.layout(l)),
+            Ty::Union(vs) => Ty::Union(
+                vs.iter()
+                    .map(|l| l.iter().map(|t| self.ty(t)).collect())
+                    .collect(),
+            ),
+            t => t.clone(),
+        }
+    }
+}
