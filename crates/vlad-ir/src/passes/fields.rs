@@ -65,22 +65,11 @@ pub fn run(p: &mut Program) {
         let mut changed = false;
         flat_map(&mut f.body, &mut |mut s| {
             match &mut s {
-                Stmt::Store { array, slot, .. } => {
+                // A load of a dropped slot is only copied into slots dropped too.
+                Stmt::Store { array, slot, .. } | Stmt::Let(_, Op::Load { array, slot, .. }) => {
                     if let Some(k) = kept.slots(&old, array) {
                         match k[*slot as usize] {
                             Some(n) => *slot = n,
-                            None => {
-                                changed = true;
-                                return vec![];
-                            }
-                        }
-                    }
-                }
-                Stmt::Let(_, Op::Load { array, slot, .. }) => {
-                    if let Some(k) = kept.slots(&old, array) {
-                        match k[*slot as usize] {
-                            Some(n) => *slot = n,
-                            // Only copied into slots that are dropped too.
                             None => {
                                 changed = true;
                                 return vec![];

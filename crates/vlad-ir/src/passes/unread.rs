@@ -98,12 +98,16 @@ impl Analysis {
                     && matches!(p.func(id).kind, FuncKind::Specialised { .. })
             })
             .collect();
-        for f in &p.funcs {
+        for (i, f) in p.funcs.iter().enumerate() {
             walk(&f.body, &mut |s| match s {
                 Stmt::Let(_, Op::Call { guard: Some(g), .. }) => {
                     changeable[g.0 as usize] = false;
                 }
-                Stmt::TailCall { func, .. } => changeable[func.0 as usize] = false,
+                // Both return the callee's results.
+                Stmt::TailCall { func, .. } => {
+                    changeable[func.0 as usize] = false;
+                    changeable[i] = false;
+                }
                 _ => {}
             });
         }
