@@ -56,7 +56,11 @@ VL_SHARED struct vl_chunk_rec *vl_chunks;
 VL_SHARED size_t vl_nchunks, vl_capchunks;
 VL_SHARED size_t vl_cur; /* the number of chunks in use; the current one is vl_cur - 1 */
 typedef struct { size_t cur; char *chunk; size_t left; } vl_mark_t;
-/* Makes the next chunk that holds n bytes current: a free one above the current, else a new one. */
+/* Makes the next chunk that holds n bytes current: a free one above the current, else a new one.
+   A new chunk for a large request has half as much again to spare: a loop that releases its
+   arena and then asks for a little more than before (a collection copying down what it
+   carries, a tape that grows) finds it free next time, instead of a new chunk of exactly the
+   size each time, all of them kept (the arena grew quadratically). */
 static void vl_alloc_slow(size_t n) {
   while (vl_cur < vl_nchunks) {
     size_t i = vl_cur++;
@@ -66,7 +70,7 @@ static void vl_alloc_slow(size_t n) {
       return;
     }
   }
-  size_t size = n > (1u << 24) ? n : (1u << 24);
+  size_t size = n > (1u << 24) ? n + n / 2 : (1u << 24);
   char *c = malloc(size);
   if (vl_nchunks == vl_capchunks) {
     vl_capchunks = vl_capchunks ? 2 * vl_capchunks : 64;
