@@ -9,7 +9,9 @@
 //! reads.
 //!
 //! The analysis is by type: the slots of a layout that any `load` of an array of that layout
-//! reads, in any function. A layout that the runtime or a boxed value may see is left whole,
+//! reads, in any function. A load whose value is only stored into slots of other arrays (forward
+//! mode copies a tape into its primal and tangent halves) reads its slot only if one of those is
+//! read, to a fixed point. A layout that the runtime or a boxed value may see is left whole,
 //! with the layouts nested in it: an array passed to or returned by the runtime, cast, held
 //! by a boxed object or a global, a constant, in a union, or a parameter or result of a
 //! function the runtime calls. A layout no slot of which is read keeps its first slot.
