@@ -964,6 +964,13 @@ pub fn assigned(block: &[Stmt]) -> std::collections::HashSet<Var> {
     out
 }
 
+/// Keeps the elements of `xs` whose entry in `keep` (one per element, in order) is true: the
+/// arguments of a call whose callee lost parameters, the slots of a layout that lost some.
+pub fn retain_marked<T>(xs: &mut Vec<T>, keep: &[bool]) {
+    let mut keep = keep.iter();
+    xs.retain(|_| keep.next().copied().unwrap_or(true));
+}
+
 /// The functions a block calls directly (guards included).
 pub fn callees(block: &[Stmt]) -> Vec<FuncId> {
     let mut out = Vec::new();

@@ -44,10 +44,7 @@ pub fn run(p: &mut Program) {
         walk(&f.body, &mut |s| use_.stmt(p, f, s, &copied));
     }
     use_.propagate();
-    let mut kept = Kept {
-        keep: HashMap::new(),
-        mapped: HashMap::new(),
-    };
+    let mut kept = Kept::default();
     for f in &p.funcs {
         for v in &f.vars {
             kept.plan(&v.ty, &use_);
@@ -83,11 +80,7 @@ pub fn run(p: &mut Program) {
                 Stmt::Build { layout, elem, .. } => {
                     let k = &kept.keep[layout];
                     changed |= k.contains(&false);
-                    let mut j = 0;
-                    elem.retain(|_| {
-                        j += 1;
-                        k[j - 1]
-                    });
+                    retain_marked(elem, k);
                     *layout = kept.layout(layout);
                 }
                 _ => {}
@@ -269,6 +262,7 @@ fn operand_ty(p: &Program, f: &Function, x: &Operand) -> Option<Ty> {
 }
 
 /// The slots each layout keeps, and the layouts it becomes.
+#[derive(Default)]
 struct Kept {
     keep: HashMap<Layout, Vec<bool>>,
     mapped: HashMap<Layout, Layout>,

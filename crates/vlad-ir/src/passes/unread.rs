@@ -361,20 +361,19 @@ fn lengths(b: &[Stmt]) -> HashMap<Var, Var> {
 /// accumulation that adds into the accumulator it was given).
 fn owned(func: &Function) -> Vec<bool> {
     let mut made = vec![false; func.vars.len()];
+    // The results of `vl_acc_owned(p)`, and `p`.
+    let mut owned_checks = HashMap::new();
     walk(&func.body, &mut |s| match s {
         Stmt::Let(vs, Op::NewArray { .. } | Op::ArrayOf { .. } | Op::Rt(Rt::AccMark, _)) => {
             made[vs[0].0 as usize] = true;
         }
-        Stmt::Build { array, .. } => made[array.0 as usize] = true,
-        _ => {}
-    });
-    let mut owned_checks = HashMap::new();
-    walk(&func.body, &mut |s| {
-        if let Stmt::Let(vs, Op::Rt(Rt::AccOwned, args)) = s {
+        Stmt::Let(vs, Op::Rt(Rt::AccOwned, args)) => {
             if let Some(p) = args[0].var() {
                 owned_checks.insert(vs[0], p);
             }
         }
+        Stmt::Build { array, .. } => made[array.0 as usize] = true,
+        _ => {}
     });
     // For each assigned variable: whether every assignment so far is of an owned array.
     let mut sets: HashMap<Var, bool> = HashMap::new();
@@ -430,19 +429,12 @@ fn rewrite(a: &mut Analysis, f: usize, body: &mut Block) {
                 }
                 let g = g.0 as usize;
                 if a.changeable[g] {
-                    let params = &a.params[g];
-                    let live = &a.live[g];
-                    let mut j = 0;
-                    args.retain(|_| {
-                        j += 1;
-                        live[params[j - 1].0 as usize]
-                    });
-                    let results = &a.results[g];
-                    let mut k = 0;
-                    vs.retain(|_| {
-                        k += 1;
-                        results[k - 1]
-                    });
+                    let read: Vec<bool> = a.params[g]
+                        .iter()
+                        .map(|p| a.live[g][p.0 as usize])
+                        .collect();
+                    retain_marked(args, &read);
+                    retain_marked(vs, &a.results[g]);
                 }
             }
             Stmt::Declare(vs) => {
@@ -454,12 +446,7 @@ fn rewrite(a: &mut Analysis, f: usize, body: &mut Block) {
             Stmt::Site(_) => {}
             Stmt::Return(xs) => {
                 if a.changeable[f] {
-                    let results = &a.results[f];
-                    let mut k = 0;
-                    xs.retain(|_| {
-                        k += 1;
-                        results[k - 1]
-                    });
+                    retain_marked(xs, &a.results[f]);
                 }
             }
             Stmt::Ifold {
@@ -473,14 +460,9 @@ fn rewrite(a: &mut Analysis, f: usize, body: &mut Block) {
                     continue;
                 }
                 let keep: Vec<bool> = accs.iter().map(|v| a.live[f][v.0 as usize]).collect();
-                for xs in [&mut *init, &mut *next] {
-                    let mut k = 0;
-                    xs.retain(|_| {
-                        k += 1;
-                        keep[k - 1]
-                    });
-                }
-                accs.retain(|v| a.live[f][v.0 as usize]);
+                retain_marked(init, &keep);
+                retain_marked(next, &keep);
+                retain_marked(accs, &keep);
                 rewrite(a, f, body);
             }
             _ => {
