@@ -966,6 +966,25 @@ static V vl_ad_plus(V a, V b) {
   vl_shape_fail("plus", a, b);
   return a;
 }
+/* The zero of a flat array (sensitivity as vl_ad_zero's), slot by slot as its layout says:
+   reals 0, booleans and integers as they are, pointers mapped (a pointer slot may be empty).
+   Flat arrays reach the runtime's AD operators in the environment slots of a boxed closure (a
+   closure chosen at run time, and the data it captured). */
+static V vl_ad_zero(V v, int sensitivity);
+static V vl_ad_zero_flat(V a, int sensitivity) {
+  const char *k = vl_layouts[a->aux];
+  size_t w = strlen(k);
+  long n = a->s[0].b;
+  V o = vl_flat(n, (unsigned)w, a->aux);
+  for (long e = 0; e < n; e++)
+    for (size_t j = 0; j < w; j++) {
+      size_t s = 1 + (size_t)e * w + j;
+      if (k[j] == 'd') o->s[s].d = 0.0;
+      else if (k[j] == 'b') o->s[s].b = a->s[s].b;
+      else o->s[s].v = a->s[s].v ? vl_ad_zero(a->s[s].v, sensitivity) : NULL;
+    }
+  return o;
+}
 /* zero (sensitivity == 0) or the zero sensitivity before its tag (sensitivity == 1). */
 static V vl_ad_zero(V v, int sensitivity) {
   v = vl_dense(v);
@@ -989,6 +1008,7 @@ static V vl_ad_zero(V v, int sensitivity) {
   case VL_BUNDLE: return vl_bundle(vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
   case VL_TAGGED: return vl_tagged(v->aux, vl_ad_zero(v->s[0].v, sensitivity));
   case VL_ARRAY: VL_ARRAY_MAP(v, v->aux, vl_ad_zero(x_, sensitivity));
+  case VL_FLAT: return vl_ad_zero_flat(v, sensitivity);
   default: return v;
   }
 }
