@@ -1135,12 +1135,13 @@ fn a_function_whose_only_call_was_inlined_is_left_a_stub() {
 /// where `h = build n (j -> if i = j then 1 else 0)` is the one-hot tangent of `x` (`init`:
 /// the tangent accumulator's initial value).
 fn forward_grad_dot(init: f64) -> Function {
-    forward_grad_dot_of(init, false)
+    forward_grad_dot_of(init, false, None)
 }
 
-/// `forward_grad_dot`, with `v_j` replaced by `exp(v_j)` if `exp`: the gradient of
-/// `x . exp(v)`.
-fn forward_grad_dot_of(init: f64, exp: bool) -> Function {
+/// `forward_grad_dot`, with `v_j` replaced by `exp(v_j)` if `exp`, and with the tangent's term
+/// divided by `divisor` if given (`Some(None)`: by `x_j x_j`, as in the tangent of a quotient;
+/// `Some(Some(c))`: by the constant `c`).
+fn forward_grad_dot_of(init: f64, exp: bool, divisor: Option<Option<f64>>) -> Function {
     let arr = Ty::Array(layout(&[Ty::F64]));
     let mut b = Builder::new();
     let x = b.named_var(arr.clone(), "x".into());
@@ -1193,6 +1194,14 @@ fn forward_grad_dot_of(init: f64, exp: bool) -> Function {
     let q0 = bin(&mut b, BinOp::FMul, xk, Operand::F64(0.0));
     let q1 = bin(&mut b, BinOp::FMul, hk, Operand::Var(vk));
     let q = bin(&mut b, BinOp::FAdd, q0, Operand::Var(q1));
+    let q = match divisor {
+        None => q,
+        Some(None) => {
+            let d = bin(&mut b, BinOp::FMul, xk, Operand::Var(xk));
+            bin(&mut b, BinOp::FDiv, q, Operand::Var(d))
+        }
+        Some(Some(c)) => bin(&mut b, BinOp::FDiv, q, Operand::F64(c)),
+    };
     let n1 = bin(&mut b, BinOp::FAdd, s1, Operand::Var(q));
     let step = b.close();
     b.push(Stmt::Ifold {
@@ -1265,7 +1274,7 @@ fn a_fold_that_adds_zeros_but_at_one_index_runs_that_step_behind_a_guard() {
 /// argument, finite and below 709.78, instead of computing the `exp` at every index again.
 #[test]
 fn a_guard_tests_the_argument_of_an_exp() {
-    let mut f = forward_grad_dot_of(0.0, true);
+    let mut f = forward_grad_dot_of(0.0, true, None);
     passes::scalar_optimise(&mut f);
     let p = program(vec![f]);
     verify(&p).unwrap();
@@ -1276,6 +1285,37 @@ fn a_guard_tests_the_argument_of_an_exp() {
     assert!(guard.contains("fle") && guard.contains("709.78"), "{text}");
     // The step at i still computes the exp.
     assert!(text[guard_end..].contains("exp"), "{text}");
+}
+
+/// A zero divided by a value is a zero unless the value is a zero or NaN: the guard tests the
+/// divisor (`x_j x_j`, which can underflow to a zero) above or below zero, and a fold whose
+/// terms are divided by the constant zero is left alone (`0 / 0` is NaN).
+#[test]
+fn a_guard_tests_a_divisor_neither_zero_nor_nan() {
+    let mut f = forward_grad_dot_of(0.0, false, Some(None));
+    passes::scalar_optimise(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let guard_end = text.find("= build").expect("the loop over i");
+    let guard = &text[text.find(": bool = ifold from (#t)").expect("the guard")..guard_end];
+    assert!(
+        guard.contains("fgt") && guard.contains("flt") && guard.contains(" or "),
+        "{text}"
+    );
+    assert!(text.contains("if ok"), "{text}");
+    // A constant divisor other than zero needs no test.
+    let mut f = forward_grad_dot_of(0.0, false, Some(Some(2.0)));
+    passes::scalar_optimise(&mut f);
+    let text = crate::print::function(&program(vec![f]), FuncId(0));
+    assert!(
+        text.contains("from (#t)") && !text.contains("fgt"),
+        "{text}"
+    );
+    let mut f = forward_grad_dot_of(0.0, false, Some(Some(0.0)));
+    passes::scalar_optimise(&mut f);
+    let text = crate::print::function(&program(vec![f]), FuncId(0));
+    assert!(!text.contains("from (#t)"), "{text}");
 }
 
 #[test]

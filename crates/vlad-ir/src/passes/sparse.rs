@@ -14,13 +14,16 @@
 //!   else);
 //! - at every index but `k` (where the step's comparisons of the index with `k` are false),
 //!   each term is a zero, provided some of the step's values are finite (the factors of
-//!   products with a zero): the step's reals are followed as "a zero" or "something", and a
-//!   product of a zero and something asks for that something to be finite;
+//!   products with a zero) and some are neither zero nor NaN (the divisors of quotients of a
+//!   zero): the step's reals are followed as "a zero" or "something", a product of a zero and
+//!   something asks for that something to be finite, and a zero divided by something for
+//!   that something to be non-zero (`0 / y` is a zero for every `y` but a zero and NaN: the
+//!   quotient rule's numerator over `x * x` in the tangent of `a / x`);
 //! - a real from before the loop may be taken for a zero where that makes a term a zero (the
 //!   tangent of log-sum-exp's maximum, a zero at every entry but the maximum's): it is then
 //!   tested, with the guard.
 //!
-//! Then, if those values are finite at every index (and those reals zeros), each step but
+//! Then, if those values are finite (or non-zero) at every index (and those reals zeros), each step but
 //! `k`'s adds a zero to an accumulator that is not `-0`, which leaves it unchanged (`x + 0 =
 //! x` for such `x`, `x + -0 = x` for all), and the step at `k` starts from the initial
 //! values. So the loop becomes a guard loop (those values computed at every index and tested
@@ -62,11 +65,13 @@ enum Abs {
     Other,
 }
 
-/// A one-hot fold found: the index `k`, the values the guard tests finite, and the reals
-/// defined before the loop that must be zeros (tested where the loop is).
+/// A one-hot fold found: the index `k`, the values the guard tests finite, those it tests
+/// neither zero nor NaN, and the reals defined before the loop that must be zeros (tested
+/// where the loop is).
 struct Plan {
     k: Var,
     finite: Vec<Operand>,
+    nonzero: Vec<Operand>,
     zero: Vec<Var>,
 }
 
@@ -151,6 +156,7 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
         k,
         env: HashMap::new(),
         finite: Vec::new(),
+        nonzero: Vec::new(),
         assumable,
     };
     cx.block(body);
@@ -183,7 +189,7 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
     // change: not from the accumulators, nor from what the step assigns.
     let step_assigned = crate::ir::assigned(body);
     let top: HashSet<Var> = body.iter().flat_map(stmt_defs).collect();
-    for x in &cx.finite {
+    for x in cx.finite.iter().chain(&cx.nonzero) {
         if let Operand::Var(v) = x {
             let slice = slice(body, &[*v], &defs);
             // Defined in a branch: not computed at every index.
@@ -213,6 +219,7 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
     Some(Plan {
         k,
         finite: cx.finite,
+        nonzero: cx.nonzero,
         zero,
     })
 }
@@ -256,6 +263,7 @@ struct Follow {
     k: Var,
     env: HashMap<Var, Abs>,
     finite: Vec<Operand>,
+    nonzero: Vec<Operand>,
     /// The reals from before the loop that may be assumed zeros, by bit.
     assumable: Vec<Var>,
 }
@@ -285,6 +293,19 @@ impl Follow {
         Abs::Zero(zero)
     }
 
+    /// A zero divided by a value is a zero if the value is neither a zero nor NaN (infinities
+    /// are fine): the guard tests it.
+    fn over(&mut self, zero: u64, divisor: &Operand) -> Abs {
+        match (divisor, self.value(divisor)) {
+            (_, Abs::Zero(_)) => Abs::Other,
+            (Operand::F64(c), _) if *c != 0.0 && !c.is_nan() => Abs::Zero(zero),
+            _ => {
+                self.nonzero.push(divisor.clone());
+                Abs::Zero(zero)
+            }
+        }
+    }
+
     fn block(&mut self, body: &[Stmt]) {
         for s in body {
             match s {
@@ -304,6 +325,10 @@ impl Follow {
                             (Abs::Zero(a), Abs::Zero(b)) => Abs::Zero(a | b),
                             (Abs::Zero(a), _) => self.times_zero(a, y),
                             (_, Abs::Zero(b)) => self.times_zero(b, x),
+                            _ => Abs::Other,
+                        },
+                        Op::Binary(BinOp::FDiv, x, y) => match self.value(x) {
+                            Abs::Zero(a) => self.over(a, y),
                             _ => Abs::Other,
                         },
                         Op::Binary(BinOp::FAdd | BinOp::FSub, x, y) => {
@@ -415,7 +440,12 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     // The guard: an ifold of a boolean over the same count.
     let ok = fresh_var(vars, Ty::Bool, "ok");
     let tests: Vec<Finite> = plan.finite.iter().map(|x| finite_test(x, &defs)).collect();
-    let roots: Vec<Var> = tests.iter().filter_map(|t| t.operand.var()).collect();
+    let roots: Vec<Var> = tests
+        .iter()
+        .map(|t| &t.operand)
+        .chain(&plan.nonzero)
+        .filter_map(|x| x.var())
+        .collect();
     let sliced = slice(&body, &roots, &defs);
     let (mut guard_body, renamed) = copy_fresh(&sliced, &[index], vars);
     let rn = |x: &Operand| renamed_operand(x, &renamed);
@@ -448,6 +478,25 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             ));
             and(&mut guard_body, vars, &mut acc, b);
         }
+    }
+    // Neither zero nor NaN: above or below zero.
+    for y in &plan.nonzero {
+        let above = fresh_var(vars, Ty::Bool, "e");
+        let below = fresh_var(vars, Ty::Bool, "e");
+        let e = fresh_var(vars, Ty::Bool, "e");
+        guard_body.push(Stmt::Let(
+            vec![above],
+            Op::Binary(BinOp::FGt, rn(y), Operand::F64(0.0)),
+        ));
+        guard_body.push(Stmt::Let(
+            vec![below],
+            Op::Binary(BinOp::FLt, rn(y), Operand::F64(0.0)),
+        ));
+        guard_body.push(Stmt::Let(
+            vec![e],
+            Op::Binary(BinOp::Or, Operand::Var(above), Operand::Var(below)),
+        ));
+        and(&mut guard_body, vars, &mut acc, e);
     }
     out.push(Stmt::Ifold {
         accs: vec![ok],
