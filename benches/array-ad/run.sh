@@ -24,7 +24,7 @@
 # Environment:
 #   VLAD      the vlad binary (default target/release/vlad, built if missing)
 #   SIZES     full (default; about an hour on an idle 2-core machine) or small (minutes)
-#   PROBLEMS  the problems to run (default: lse micro llsq logreg kmeans gmm ba)
+#   PROBLEMS  the problems to run (default: lse micro llsq logreg kmeans gmm ba nnmf)
 #   MODES     the modes to run (default: all; MODES=1 the primals only)
 #   REPS      timed runs per side and case (default 5)
 #   TARGET    seconds (CPU) a timed run should take beyond its set-up (default 0.5)
@@ -37,7 +37,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../.."
 VLAD=${VLAD:-target/release/vlad}
 SIZES=${SIZES:-full}
-PROBLEMS=${PROBLEMS:-"lse micro llsq logreg kmeans gmm ba"}
+PROBLEMS=${PROBLEMS:-"lse micro llsq logreg kmeans gmm ba nnmf"}
 MODES=${MODES:-"1 2 3 4 5 6 7 8 9"}
 REPS=${REPS:-5}
 TARGET=${TARGET:-0.5}
@@ -198,6 +198,28 @@ ba|10 1000|p = 10000 (10 x 1000)|cams10 10000|2|21g|
 ba|10 1000|p = 10000 (10 x 1000)|cams10 10000|3|22f|
 ba|10 10000|p = 100000 (10 x 10000)|cams10 100000|1|22p|
 ba|10 10000|p = 100000 (10 x 10000)|cams10 100000|3|22f|
+nnmf|1 10 10|unfused, 10 x 10|f1 100|1|22p|
+nnmf|1 10 10|unfused, 10 x 10|f1 100|2|21g|
+nnmf|1 10 10|unfused, 10 x 10|f1 100|3|22f|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|1|22p|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|2|21g|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|3|22f|
+nnmf|1 1000 1000|unfused, 1000 x 1000|f1 1000000|1|22p|
+nnmf|1 1000 1000|unfused, 1000 x 1000|f1 1000000|2|21g|
+nnmf|1 1000 1000|unfused, 1000 x 1000|f1 1000000|3|22f|
+nnmf|1 3000 3000|unfused, 3000 x 3000|f1 9000000|1|22p|
+nnmf|1 3000 3000|unfused, 3000 x 3000|f1 9000000|2|21g|
+nnmf|2 10 10|fused, 10 x 10|f2 100|1|22p|
+nnmf|2 10 10|fused, 10 x 10|f2 100|2|21g|
+nnmf|2 10 10|fused, 10 x 10|f2 100|3|22f|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|1|22p|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|2|21g|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|3|22f|
+nnmf|2 1000 1000|fused, 1000 x 1000|f2 1000000|1|22p|
+nnmf|2 1000 1000|fused, 1000 x 1000|f2 1000000|2|21g|
+nnmf|2 1000 1000|fused, 1000 x 1000|f2 1000000|3|22f|
+nnmf|2 3000 3000|fused, 3000 x 3000|f2 9000000|1|22p|
+nnmf|2 3000 3000|fused, 3000 x 3000|f2 9000000|2|21g|
 EOF
 }
 
@@ -234,14 +256,20 @@ gmm|2 5 1000|d = 2, k = 5, n = 1000||2|21g|
 ba|10 100|p = 1000 (10 cameras x 100 points)|cams10 1000|1|22p|
 ba|10 100|p = 1000 (10 cameras x 100 points)|cams10 1000|2|21g|
 ba|10 100|p = 1000 (10 cameras x 100 points)|cams10 1000|3|22f|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|1|22p|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|2|21g|
+nnmf|1 100 100|unfused, 100 x 100|f1 10000|3|22f|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|1|22p|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|2|21g|
+nnmf|2 100 100|fused, 100 x 100|f2 10000|3|22f|
 EOF
 }
 
 mode_name() { # problem mode
   case "$1:$2" in
   *:1) echo "primal" ;;
-  lse:2 | llsq:2 | kmeans:2 | logreg:2 | gmm:2) echo "gradient, reverse" ;;
-  lse:3 | llsq:3 | logreg:3) echo "gradient, forward (grad)" ;;
+  lse:2 | llsq:2 | kmeans:2 | logreg:2 | gmm:2 | nnmf:2) echo "gradient, reverse" ;;
+  lse:3 | llsq:3 | logreg:3 | nnmf:3) echo "gradient, forward (grad)" ;;
   lse:4) echo "Hv, forward over reverse" ;;
   lse:5) echo "Hv, reverse over forward" ;;
   micro:2) echo "Jacobian, reverse" ;;

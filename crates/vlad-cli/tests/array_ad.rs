@@ -167,3 +167,15 @@ fn gmm() {
 fn ba() {
     check("ba", &["3 5"], "2 3", &[1, 2, 3]);
 }
+
+#[test]
+fn nnmf() {
+    for form in ["1", "2"] {
+        check(
+            "nnmf",
+            &["1 30 40", "1 7 5"],
+            &format!("{form} 4 3"),
+            &[1, 2, 3],
+        );
+    }
+}
