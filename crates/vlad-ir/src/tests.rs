@@ -2718,6 +2718,89 @@ fn a_tape_keeps_only_the_slots_its_sweep_reads() {
     }
 }
 
+/// `tape_read_at_one_slot` whose records store 2i in slots 1 and 2, read at both: the load of
+/// slot 2 reads slot 1 instead, and the records keep that one slot, copied or not (the copy's
+/// two slots are loads of one element's slots that are one). If `overwritten`, a later store
+/// writes slot 2 of record 0 alone: the two slots differ there, and both are kept.
+#[test]
+fn slots_that_every_write_stores_one_value_into_are_one_slot() {
+    for (copied, overwritten) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut p = tape_read_at_one_slot(copied, false);
+        // f1 returns t[0].1 + t[0].2.
+        let f1 = &mut p.funcs[1];
+        let (Stmt::Let(y, Op::Load { array, index, .. }), Stmt::Return(_)) =
+            (f1.body[0].clone(), &f1.body[1])
+        else {
+            unreachable!("f1 loads and returns")
+        };
+        let y2 = fresh_var(&mut f1.vars, Ty::F64, "y");
+        let sum = fresh_var(&mut f1.vars, Ty::F64, "sum");
+        f1.body = vec![
+            f1.body[0].clone(),
+            Stmt::Let(
+                vec![y2],
+                Op::Load {
+                    array,
+                    index,
+                    slot: 2,
+                },
+            ),
+            Stmt::Let(
+                vec![sum],
+                Op::Binary(BinOp::FAdd, Operand::Var(y[0]), Operand::Var(y2)),
+            ),
+            Stmt::Return(vec![Operand::Var(sum)]),
+        ];
+        let mut twice = None;
+        walk(&p.funcs[0].body, &mut |s| {
+            if let Stmt::Store { slot: 1, value, .. } = s {
+                twice = Some(value.clone());
+            }
+        });
+        walk_mut(&mut p.funcs[0].body, &mut |s| {
+            if let Stmt::Store { slot: 2, value, .. } = s {
+                *value = twice.clone().unwrap();
+            }
+        });
+        if overwritten {
+            let body = &mut p.funcs[0].body;
+            let at = body
+                .iter()
+                .position(|s| matches!(s, Stmt::For { .. }))
+                .unwrap();
+            let tape = match &body[0] {
+                Stmt::Let(vs, _) => vs[0],
+                _ => unreachable!("the tape first"),
+            };
+            body.insert(
+                at + 1,
+                Stmt::Store {
+                    array: Operand::Var(tape),
+                    index: Operand::I64(0),
+                    slot: 2,
+                    value: Operand::F64(7.0),
+                },
+            );
+        }
+        verify(&p).unwrap();
+        passes::fields::run(&mut p);
+        verify(&p).unwrap();
+        let main = crate::print::function(&p, FuncId(0));
+        let read = crate::print::function(&p, FuncId(1));
+        assert!(main.contains("fmul x3, 2.0"), "{main}");
+        if overwritten {
+            assert!(main.contains("new array(f64, f64) count n"), "{main}");
+            assert!(read.contains("].0") && read.contains("].1"), "{read}");
+            assert_eq!(main.matches("store").count(), 3, "{main}");
+            assert!(main.contains("7.0"), "{main}");
+        } else {
+            assert!(main.contains("new array(f64) count n"), "{main}");
+            assert_eq!(read.matches("].0").count(), 2, "{read}");
+            assert_eq!(main.matches("store").count(), 1, "{main}");
+        }
+    }
+}
+
 #[test]
 fn a_tape_the_runtime_sees_keeps_every_slot() {
     let mut p = tape_read_at_one_slot(false, true);

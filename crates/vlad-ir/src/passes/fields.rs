@@ -15,6 +15,11 @@
 //! with the layouts nested in it: an array passed to or returned by the runtime, cast, held
 //! by a boxed object or a global, a constant, in a union, or a parameter or result of a
 //! function the runtime calls. A layout no slot of which is read keeps its first slot.
+//!
+//! Before that, slots that every write of a layout stores the same value into (the index as a
+//! real, which the lowering stores once for each use the step made of it) are merged: a load
+//! of the later slot reads the first instead, so that the later one is read by no load
+//! (`merge_same`).
 
 use crate::ir::*;
 use std::collections::{HashMap, HashSet};
@@ -22,28 +27,9 @@ use std::collections::{HashMap, HashSet};
 /// Drops the slots no one reads from every layout the program alone sees; the functions it
 /// changed are simplified again (the values only stored there are dead).
 pub fn run(p: &mut Program) {
-    let mut use_ = Uses::default();
-    for g in &p.globals {
-        use_.escape(&g.ty);
-    }
-    for l in p.code_slots.iter().flatten() {
-        for t in l.iter() {
-            use_.escape(t);
-        }
-    }
-    for f in &p.funcs {
-        if !matches!(f.kind, FuncKind::Specialised { .. }) {
-            for &v in &f.params {
-                use_.escape(f.ty(v));
-            }
-            for t in f.results.iter() {
-                use_.escape(t);
-            }
-        }
-        let copied = copied(f);
-        walk(&f.body, &mut |s| use_.stmt(p, f, s, &copied));
-    }
-    use_.propagate();
+    let escaped = uses(p).escaped;
+    merge_same(p, &escaped);
+    let use_ = uses(p);
     let mut kept = Kept::default();
     for f in &p.funcs {
         for v in &f.vars {
@@ -94,6 +80,212 @@ pub fn run(p: &mut Program) {
         if changed {
             super::simplify::function(f);
         }
+    }
+}
+
+/// What the program does with each layout's slots.
+fn uses(p: &Program) -> Uses {
+    let mut use_ = Uses::default();
+    for g in &p.globals {
+        use_.escape(&g.ty);
+    }
+    for l in p.code_slots.iter().flatten() {
+        for t in l.iter() {
+            use_.escape(t);
+        }
+    }
+    for f in &p.funcs {
+        if !matches!(f.kind, FuncKind::Specialised { .. }) {
+            for &v in &f.params {
+                use_.escape(f.ty(v));
+            }
+            for t in f.results.iter() {
+                use_.escape(t);
+            }
+        }
+        let copied = copied(f);
+        walk(&f.body, &mut |s| use_.stmt(p, f, s, &copied));
+    }
+    use_.propagate();
+    use_
+}
+
+/// What one write stores into a slot, for `merge_same`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Stored {
+    /// A variable (of function `.0`) or a constant (by its printed form).
+    Var(usize, Var),
+    Const(String),
+    /// A slot of an element of another array (`.0`, `.1`: the function and the array, `.2`
+    /// the index's printed form, `.3` its layout, `.4` the slot): what forward mode's copies
+    /// of a tape store. Equal to another such load of the same element if the two slots are
+    /// one class of that layout.
+    Copy(usize, Var, String, Layout, u32),
+    /// Stored more than once by one write: equal to nothing.
+    Unique(u32),
+    /// Not written by this write: the slot keeps what it held.
+    Kept,
+}
+
+/// The first slot of each slot's type: every slot of a type one class, before any write.
+fn by_type(l: &Layout) -> Vec<u32> {
+    (0..l.len())
+        .map(|k| (0..k).find(|&j| l[j] == l[k]).unwrap_or(k) as u32)
+        .collect()
+}
+
+/// Makes the loads of a slot that every write of its layout stores the same value into as an
+/// earlier slot load that earlier slot (layouts not in `escaped`, which the runtime or boxed
+/// values may write too). The writes are the elements of a `build`, and the stores into one
+/// element (an array at an index) in a block with nothing between them that could read it
+/// (arithmetic, stores into arrays of other layouts); a write that leaves a slot out keeps
+/// that slot's old value, equal to what it was equal to if the write also leaves the other
+/// out. Slots are partitioned by type, then split by each write, to a fixed point: a value
+/// loaded from one slot of another array equals one loaded from another slot of the same
+/// element while those two slots are one class.
+fn merge_same(p: &mut Program, escaped: &HashSet<Layout>) {
+    // Every write: its layout and what it stores into each slot.
+    let mut writes: Vec<(Layout, Vec<Stored>)> = Vec::new();
+    for (fi, f) in p.funcs.iter().enumerate() {
+        // Loads of one element: from an array variable at an index that no `set` assigns.
+        let assigned = super::simplify::mutable(&f.body);
+        let mut loads: HashMap<Var, (Var, String, Layout, u32)> = HashMap::new();
+        walk(&f.body, &mut |s| {
+            if let Stmt::Let(
+                vs,
+                Op::Load {
+                    array: Operand::Var(a),
+                    index,
+                    slot,
+                },
+            ) = s
+            {
+                if let (Ty::Array(l), [v]) = (f.ty(*a), &vs[..]) {
+                    let fixed =
+                        !assigned.contains(a) && index.var().is_none_or(|i| !assigned.contains(&i));
+                    if fixed && !escaped.contains(l) {
+                        loads.insert(*v, (*a, format!("{index:?}"), l.clone(), *slot));
+                    }
+                }
+            }
+        });
+        let stored = |x: &Operand| match x {
+            Operand::Var(v) => match loads.get(v) {
+                Some((a, i, l, k)) => Stored::Copy(fi, *a, i.clone(), l.clone(), *k),
+                None => Stored::Var(fi, *v),
+            },
+            x => Stored::Const(format!("{x:?}")),
+        };
+        walk(&f.body, &mut |s| {
+            if let Stmt::Build { layout, elem, .. } = s {
+                writes.push((layout.clone(), elem.iter().map(stored).collect()));
+            }
+        });
+        let mut blocks: Vec<&Block> = vec![&f.body];
+        walk(&f.body, &mut |s| blocks.extend(children(s)));
+        for block in blocks {
+            let mut taken = vec![false; block.len()];
+            for i in 0..block.len() {
+                let Stmt::Store { array, index, .. } = &block[i] else {
+                    continue;
+                };
+                if taken[i] {
+                    continue;
+                }
+                let layout = match array {
+                    Operand::Var(a) => match f.ty(*a) {
+                        Ty::Array(l) => l.clone(),
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
+                // The stores into this element, through the statements that cannot read it:
+                // arithmetic, and stores into arrays of other layouts.
+                let mut run: HashMap<u32, Vec<&Operand>> = HashMap::new();
+                for (j, t) in block.iter().enumerate().skip(i) {
+                    match t {
+                        Stmt::Store {
+                            array: a,
+                            index: x,
+                            slot,
+                            value,
+                        } if a == array && x == index => {
+                            run.entry(*slot).or_default().push(value);
+                            taken[j] = true;
+                        }
+                        Stmt::Store { array: a, .. }
+                            if a.var().is_some_and(
+                                |a| !matches!(f.ty(a), Ty::Array(l) if *l == layout),
+                            ) => {}
+                        Stmt::Let(_, Op::Binary(..) | Op::Unary(..) | Op::Copy(_))
+                        | Stmt::Site(_) => {}
+                        _ => break,
+                    }
+                }
+                let slots = (0..layout.len() as u32)
+                    .map(|k| match run.get(&k).map(|xs| &xs[..]) {
+                        None => Stored::Kept,
+                        Some([x]) => stored(x),
+                        Some(_) => Stored::Unique(k),
+                    })
+                    .collect();
+                writes.push((layout, slots));
+            }
+        }
+    }
+    writes.retain(|(l, _)| !escaped.contains(l));
+    let mut classes: HashMap<Layout, Vec<u32>> = writes
+        .iter()
+        .map(|(l, _)| (l.clone(), by_type(l)))
+        .collect();
+    loop {
+        let before = classes.clone();
+        // A copy's key: the class of its slot, as the round began (a layout no write stores
+        // into counts as one by type).
+        let key = |x: &Stored| match x {
+            Stored::Copy(f, a, i, l, k) => {
+                let class = before
+                    .get(l)
+                    .map_or_else(|| by_type(l)[*k as usize], |c| c[*k as usize]);
+                Stored::Copy(*f, *a, i.clone(), l.clone(), class)
+            }
+            x => x.clone(),
+        };
+        for (l, slots) in &writes {
+            let class = classes.get_mut(l).expect("a class per written layout");
+            // Slots stay together only if they were and this write stores the same into them.
+            let keys: Vec<(u32, Stored)> = slots
+                .iter()
+                .enumerate()
+                .map(|(k, x)| (class[k], key(x)))
+                .collect();
+            for k in 0..l.len() {
+                class[k] = (0..k).find(|&j| keys[j] == keys[k]).unwrap_or(k) as u32;
+            }
+        }
+        if classes == before {
+            break;
+        }
+    }
+    for f in &mut p.funcs {
+        let tys: Vec<Ty> = f.vars.iter().map(|v| v.ty.clone()).collect();
+        walk_mut(&mut f.body, &mut |s| {
+            if let Stmt::Let(
+                _,
+                Op::Load {
+                    array: Operand::Var(a),
+                    slot,
+                    ..
+                },
+            ) = s
+            {
+                if let Ty::Array(l) = &tys[a.0 as usize] {
+                    if let Some(class) = classes.get(l) {
+                        *slot = class[*slot as usize];
+                    }
+                }
+            }
+        });
     }
 }
 
