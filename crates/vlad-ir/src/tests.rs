@@ -1270,16 +1270,22 @@ fn a_fold_that_adds_zeros_but_at_one_index_runs_that_step_behind_a_guard() {
     assert!(text.contains("ieq"), "{text}");
 }
 
-/// Where a value the guard needs finite is an `exp` (log-sum-exp's terms), the guard tests its
-/// argument, finite and below 709.78, instead of computing the `exp` at every index again.
-#[test]
-fn a_guard_tests_the_argument_of_an_exp() {
-    let mut f = forward_grad_dot_of(0.0, true, None);
+/// `f` after the scalar optimisation, verified, printed, and where the guard (before the loop
+/// over i) ends in the text.
+fn optimised_with_guard(mut f: Function) -> (String, usize) {
     passes::scalar_optimise(&mut f);
     let p = program(vec![f]);
     verify(&p).unwrap();
     let text = crate::print::function(&p, FuncId(0));
     let guard_end = text.find("= build").expect("the loop over i");
+    (text, guard_end)
+}
+
+/// Where a value the guard needs finite is an `exp` (log-sum-exp's terms), the guard tests its
+/// argument, finite and below 709.78, instead of computing the `exp` at every index again.
+#[test]
+fn a_guard_tests_the_argument_of_an_exp() {
+    let (text, guard_end) = optimised_with_guard(forward_grad_dot_of(0.0, true, None));
     let guard = &text[text.find(": bool = ifold from (#t)").expect("the guard")..guard_end];
     assert!(!guard.contains("exp"), "{text}");
     assert!(guard.contains("fle") && guard.contains("709.78"), "{text}");
@@ -1292,12 +1298,7 @@ fn a_guard_tests_the_argument_of_an_exp() {
 /// terms are divided by the constant zero is left alone (`0 / 0` is NaN).
 #[test]
 fn a_guard_tests_a_divisor_neither_zero_nor_nan() {
-    let mut f = forward_grad_dot_of(0.0, false, Some(None));
-    passes::scalar_optimise(&mut f);
-    let p = program(vec![f]);
-    verify(&p).unwrap();
-    let text = crate::print::function(&p, FuncId(0));
-    let guard_end = text.find("= build").expect("the loop over i");
+    let (text, guard_end) = optimised_with_guard(forward_grad_dot_of(0.0, false, Some(None)));
     let guard = &text[text.find(": bool = ifold from (#t)").expect("the guard")..guard_end];
     assert!(
         guard.contains("fgt") && guard.contains("flt") && guard.contains(" or "),
