@@ -23,16 +23,17 @@
 //!   tangent of log-sum-exp's maximum, a zero at every entry but the maximum's): it is then
 //!   tested, with the guard.
 //!
-//! Then, if those values are finite (or non-zero) at every index (and those reals zeros), each step but
-//! `k`'s adds a zero to an accumulator that is not `-0`, which leaves it unchanged (`x + 0 =
-//! x` for such `x`, `x + -0 = x` for all), and the step at `k` starts from the initial
-//! values. So the loop becomes a guard loop (those values computed at every index and tested
-//! finite: `x * 0 = 0`), then the step at `k` if `k` is below the count (the initial values if
-//! not), or the original loop where the guard fails. A value needed finite that is the `exp`,
-//! `sin` or `cos` of one the step computes is tested through its argument (`finite_test`), so
-//! that the guard loop does not call them again. The guard reads neither the accumulators
-//! nor, in `grad`, `k`: the next `simplify` takes it out of the loop over `k` (loop-invariant
-//! code motion), so `grad` costs one pass to check and O(1) per entry, not a pass per entry.
+//! Then, if those values are finite (or non-zero) at every index (and those reals zeros),
+//! each step but `k`'s adds a zero to an accumulator that is not `-0`, which leaves it
+//! unchanged (`x + 0 = x` for such `x`, `x + -0 = x` for all), and the step at `k` starts
+//! from the initial values. So the loop becomes a guard loop (those values computed at every
+//! index and tested finite, `x * 0 = 0`, or above or below zero), then the step at `k` if `k`
+//! is below the count (the initial values if not), or the original loop where the guard
+//! fails. A value needed finite that is the `exp`, `sin` or `cos` of one the step computes is
+//! tested through its argument (`finite_test`), so that the guard loop does not call them
+//! again. The guard reads neither the accumulators nor, in `grad`, `k`: the next `simplify`
+//! takes it out of the loop over `k` (loop-invariant code motion), so `grad` costs one pass
+//! to check and O(1) per entry, not a pass per entry.
 
 use crate::ir::*;
 use crate::passes::fuse;
