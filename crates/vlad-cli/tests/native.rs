@@ -165,6 +165,27 @@ fn env_setting(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Runs `file` with `input` compiled (`vlad run`) and in the evaluator: it must compile, and
+/// print what the evaluator prints (`same_output`). What the compiled program printed.
+fn compiled_prints_what_the_evaluator_prints(
+    root: &Path,
+    cache: &Path,
+    file: &str,
+    input: &str,
+) -> String {
+    let native = vlad_with_input(root, cache, &[], &["run", file], input);
+    let eval = vlad_with_input(root, cache, &[], &["run", "--interp", file], input);
+    let stderr = String::from_utf8_lossy(&native.stderr);
+    assert!(
+        native.status.success() && !stderr.contains("not compiled"),
+        "{input}: {stderr}"
+    );
+    let n = String::from_utf8_lossy(&native.stdout).into_owned();
+    let e = String::from_utf8_lossy(&eval.stdout);
+    assert!(same_output(&n, &e), "{input}: native {n} evaluator {e}");
+    n
+}
+
 /// Equal texts, but for reals that differ by at most 1e-10 relative.
 fn same_output(a: &str, b: &str) -> bool {
     if a == b {
@@ -790,24 +811,7 @@ fn loops_carrying_arrays_run_in_constant_memory() {
     );
     for mode in 0..4 {
         let small = format!("50 7 {mode}\n");
-        let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], &small);
-        let eval = vlad_with_input(
-            &root,
-            cache.path(),
-            &[],
-            &["run", "--interp", &file],
-            &small,
-        );
-        let stderr = String::from_utf8_lossy(&native.stderr);
-        assert!(
-            native.status.success() && !stderr.contains("not compiled"),
-            "mode {mode}: {stderr}"
-        );
-        let (n, e) = (
-            String::from_utf8_lossy(&native.stdout),
-            String::from_utf8_lossy(&eval.stdout),
-        );
-        assert!(same_output(&n, &e), "mode {mode}: native {n} evaluator {e}");
+        compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, &small);
         let big = vlad_with_input(
             &root,
             cache.path(),
@@ -895,24 +899,7 @@ fn loops_carrying_boxed_values_run_in_constant_memory() {
     ];
     for (mode, (small, big)) in sizes.iter().enumerate() {
         let small = format!("{mode} {small}\n");
-        let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], &small);
-        let eval = vlad_with_input(
-            &root,
-            cache.path(),
-            &[],
-            &["run", "--interp", &file],
-            &small,
-        );
-        let stderr = String::from_utf8_lossy(&native.stderr);
-        assert!(
-            native.status.success() && !stderr.contains("not compiled"),
-            "mode {mode}: {stderr}"
-        );
-        let (n, e) = (
-            String::from_utf8_lossy(&native.stdout),
-            String::from_utf8_lossy(&eval.stdout),
-        );
-        assert!(same_output(&n, &e), "mode {mode}: native {n} evaluator {e}");
+        let n = compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, &small);
         let big = vlad_with_input(
             &root,
             cache.path(),
@@ -1031,18 +1018,7 @@ fn gradient_descent_on_a_matrix_runs_in_constant_memory() {
            (list (f m) (matrix-sum m)))\n",
     );
     let small = "6 5\n";
-    let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], small);
-    let eval = vlad_with_input(&root, cache.path(), &[], &["run", "--interp", &file], small);
-    let stderr = String::from_utf8_lossy(&native.stderr);
-    assert!(
-        native.status.success() && !stderr.contains("not compiled"),
-        "{stderr}"
-    );
-    let (n, e) = (
-        String::from_utf8_lossy(&native.stdout),
-        String::from_utf8_lossy(&eval.stdout),
-    );
-    assert!(same_output(&n, &e), "native {n} evaluator {e}");
+    let n = compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, small);
     let often = vlad_with_input(
         &root,
         cache.path(),
@@ -1096,18 +1072,7 @@ fn reverse_sweeps_over_arrays_take_linear_memory() {
         ("0 50\n", "0 200000\n", 3),
         ("1 20 5\n", "1 2000 2000\n", 1),
     ] {
-        let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], small);
-        let eval = vlad_with_input(&root, cache.path(), &[], &["run", "--interp", &file], small);
-        let stderr = String::from_utf8_lossy(&native.stderr);
-        assert!(
-            native.status.success() && !stderr.contains("not compiled"),
-            "{small}: {stderr}"
-        );
-        let (n, e) = (
-            String::from_utf8_lossy(&native.stdout),
-            String::from_utf8_lossy(&eval.stdout),
-        );
-        assert!(same_output(&n, &e), "{small}: native {n} evaluator {e}");
+        compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, small);
         let run = vlad_with_input(&root, cache.path(), &[], &["run", &file], big);
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(run.status.success(), "{big}: {stderr}");
@@ -1136,18 +1101,7 @@ fn a_recursion_adding_one_hots_to_a_dense_sensitivity_takes_linear_memory() {
            (list (get g 0) (get g (- n 1)) (vsum g)))\n",
     );
     let small = "50\n";
-    let native = vlad_with_input(&root, cache.path(), &[], &["run", &file], small);
-    let eval = vlad_with_input(&root, cache.path(), &[], &["run", "--interp", &file], small);
-    let stderr = String::from_utf8_lossy(&native.stderr);
-    assert!(
-        native.status.success() && !stderr.contains("not compiled"),
-        "{small}: {stderr}"
-    );
-    let (n, e) = (
-        String::from_utf8_lossy(&native.stdout),
-        String::from_utf8_lossy(&eval.stdout),
-    );
-    assert!(same_output(&n, &e), "native {n} evaluator {e}");
+    compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, small);
     let big = "8000\n";
     let run = vlad_with_input(&root, cache.path(), &[], &["run", &file], big);
     let stderr = String::from_utf8_lossy(&run.stderr);
