@@ -47,6 +47,7 @@ impl Analysis<'_> {
                 .pop()
                 .push(Tag::Sensitivity)
                 .unwrap_or(Tags::EMPTY),
+            Av::Sum(o, _) => self.tags_of(o),
             _ => Tags::EMPTY,
         }
     }
@@ -67,7 +68,12 @@ impl Analysis<'_> {
             // Either alternative, as the operation that forces sees it.
             Av::OrZero(of, x) => {
                 let z = self.force_zero(of)?;
-                Ok(z.join(x, &mut self.boxes))
+                // (The join of a dense array and a one-hot or a sum is a sum: computed.)
+                let x = match &**x {
+                    Av::OneHot(..) | Av::Sum(..) => self.force(x)?,
+                    _ => (**x).clone(),
+                };
+                Ok(z.join(&x, &mut self.boxes))
             }
             // A perturbed one-hot (see `tag`): the perturbation array.
             Av::Tagged(Tag::Perturbation, x) if matches!(**x, Av::OneHot(..)) => {
@@ -89,6 +95,14 @@ impl Analysis<'_> {
                 }
                 _ => Ok(v.boxed(&mut self.boxes)),
             },
+            // The dense array: the dense part where there is no one-hot, the one-hot's where
+            // there is no dense part, the dense part copied with the one-hot added into it.
+            Av::Sum(o, d) => {
+                let (o, d) = (sum_part(o), sum_part(d));
+                let fo = self.force(o)?;
+                let both = self.accumulate(d, o)?;
+                Ok(fo.join(d, &mut self.boxes).join(&both, &mut self.boxes))
+            }
             _ => Ok(v.clone()),
         }
     }
@@ -374,7 +388,7 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.zero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.zero(e)?),
-            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => {
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Sum(..) => {
                 let m = self.force(v)?;
                 self.zero(&m)?
             }
@@ -412,7 +426,7 @@ impl Analysis<'_> {
             },
             // (A perturbed one-hot tagged again is computed, as compiled code computes it: only
             // the one level of perturbation that `bundle` meets is kept lazy.)
-            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => {
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Sum(..) => {
                 let m = self.force(v)?;
                 self.tag(&m, tag)?
             }
@@ -527,7 +541,7 @@ impl Analysis<'_> {
                 }
                 _ => Av::Bottom,
             },
-            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Dyn(_) => {
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Sum(..) | Av::Dyn(_) => {
                 unreachable!("forced and checked above")
             }
         })
@@ -723,9 +737,25 @@ impl Analysis<'_> {
         Ok(match (a, b) {
             (Av::Bottom, _) | (_, Av::Bottom) => Av::Bottom,
             (Av::Dyn(_), _) | (_, Av::Dyn(_)) => a.join(b, &mut self.boxes),
-            // A one-hot added to another array sensitivity: a lazy sum, boxed (O(1), where a
-            // dense array would cost the length at every read of straight-line code).
-            (Av::OneHot(..), _) | (_, Av::OneHot(..)) => {
+            // A one-hot and a dense array sensitivity of the same array: the two (a boxed lazy
+            // sum where they are not).
+            (o @ Av::OneHot(..), d @ Av::Array(..)) | (d @ Av::Array(..), o @ Av::OneHot(..)) => {
+                Av::sum(o.clone(), d.clone(), &mut self.boxes)
+            }
+            // A sum and a dense array: the sum of the dense parts, beside the one-hot (the
+            // evaluator's order: the dense parts first, in order, then the one-hot).
+            (Av::Sum(o, d), e @ Av::Array(..)) => {
+                let s = self.plus(d, e)?;
+                Av::sum((**o).clone(), s, &mut self.boxes)
+            }
+            (e @ Av::Array(..), Av::Sum(o, d)) => {
+                let s = self.plus(e, d)?;
+                Av::sum((**o).clone(), s, &mut self.boxes)
+            }
+            // A one-hot or a sum added to another array sensitivity: a lazy sum, boxed (O(1),
+            // where a dense array would cost the length at every read of straight-line code,
+            // and a sum of sums could grow round a recursion).
+            (Av::OneHot(..) | Av::Sum(..), _) | (_, Av::OneHot(..) | Av::Sum(..)) => {
                 let x = a.boxed(&mut self.boxes);
                 x.join(&b.boxed(&mut self.boxes), &mut self.boxes)
             }
@@ -780,6 +810,11 @@ impl Analysis<'_> {
                 let s = self.accumulate(a, y)?;
                 join(self, a.clone(), s)
             }
+            // The dense part, then the one-hot (the evaluator's order when it computes a sum).
+            (Av::Array(..), Av::Sum(o, d)) => {
+                let t = self.accumulate(a, d)?;
+                self.accumulate(&t, o)?
+            }
             (Av::Array(t, n, e), Av::OneHot(..)) if Some(*t) == self.onehot_tags(b) => {
                 let Av::OneHot(_, x) = b else {
                     unreachable!("matched")
@@ -828,6 +863,11 @@ impl Analysis<'_> {
                 let d = self.force(v)?;
                 self.densified(&d)?
             }
+            // The dense part copied (or the one-hot made dense), the one-hot added into it.
+            Av::Sum(o, d) => {
+                let t = self.densified(d)?;
+                self.accumulate(&t, o)?
+            }
             Av::Array(t, n, e) => Av::array(*t, *n, self.densified(e)?),
             Av::Pair(t, a, d) => {
                 let (x, y) = (self.densified(a)?, self.densified(d)?);
@@ -869,7 +909,7 @@ impl Analysis<'_> {
             }
             Av::Tagged(t, x) => Av::tagged(*t, self.szero(x)?),
             Av::Array(t, n, e) => Av::array(*t, *n, self.szero(e)?),
-            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) => unreachable!("forced"),
+            Av::Zero(_) | Av::OrZero(..) | Av::OneHot(..) | Av::Sum(..) => unreachable!("forced"),
             // A sensitivity holds no procedures.
             Av::Dyn(_) => Av::dyn_data(),
         })
@@ -1044,6 +1084,14 @@ impl Analysis<'_> {
             }
         }
         Ok(Av::array(tags, len, elem))
+    }
+}
+
+/// A part of an `Av::Sum` that is there (not the lazy zero).
+pub fn sum_part(v: &Av) -> &Av {
+    match v {
+        Av::OrZero(_, x) => x,
+        _ => v,
     }
 }
 

@@ -89,6 +89,16 @@ pub enum Av {
     /// (`%accumulate`), where an array per read would cost O(n) and a boxed node an
     /// allocation.
     OneHot(Rc<Av>, Rc<Av>),
+    /// A sensitivity of a reverse array that is a one-hot (the first: a `OneHot`, or that or
+    /// the lazy zero, `OrZero`) plus a dense array sensitivity (the second: an `Array`, or that
+    /// or the lazy zero), one of the two at least there: what `plus` of a reverse `get`'s
+    /// sensitivity and a sweep's accumulator gives (a loop's and a read of the same array),
+    /// and the join of a one-hot and an array (`Av::sum`). The compiled code holds both
+    /// parts, where a boxed lazy sum costs an allocation and a boxed dense array (and a dense
+    /// copy would cost the length at every `plus` of a recursion adding one-hots). `plus` of
+    /// it and a dense array adds the dense parts; of it and a one-hot or another sum, it is
+    /// boxed, so a chain of one-hots never grows here.
+    Sum(Rc<Av>, Rc<Av>),
     /// Some value of any shape, boxed; the procedures inside it are among these callees
     /// (sorted, without repeats; none: there are no procedures).
     Dyn(Rc<[Callee]>),
@@ -182,6 +192,40 @@ impl Av {
         Av::Array(tags, len, Rc::new(e))
     }
 
+    /// `Av::Sum` of a one-hot part and a dense part, where they are the two parts of one
+    /// array's sensitivity (a one-hot, or that or a lazy zero; an array of the one-hot's
+    /// tags, or that or a lazy zero); the two boxed together otherwise.
+    pub fn sum(o: Av, d: Av, boxes: &mut Boxes) -> Av {
+        let onehot = match &o {
+            Av::OneHot(..) => Some(&o),
+            Av::OrZero(_, x) if matches!(**x, Av::OneHot(..)) => Some(&**x),
+            _ => None,
+        };
+        let dense = match &d {
+            Av::Array(..) => Some(&d),
+            Av::OrZero(_, x) if matches!(**x, Av::Array(..)) => Some(&**x),
+            _ => None,
+        };
+        if let (Some(Av::OneHot(of, _)), Some(Av::Array(t, ..))) = (onehot, dense) {
+            if let Av::Array(u, ..) = &**of {
+                if u.pop().push(vlad_core::Tag::Sensitivity) == Some(*t) {
+                    return Av::Sum(Rc::new(o), Rc::new(d));
+                }
+            }
+        }
+        o.boxed(boxes).join(&d.boxed(boxes), boxes)
+    }
+
+    /// The reverse array of which a one-hot (`OneHot`, or it or a lazy zero) or a `Sum` is the
+    /// sensitivity.
+    pub fn sensitivity_of(&self) -> Option<&Av> {
+        match self {
+            Av::OneHot(of, _) => Some(of),
+            Av::OrZero(_, x) | Av::Sum(x, _) => x.sensitivity_of(),
+            _ => None,
+        }
+    }
+
     /// The procedures a boxed copy of this value holds at its top level: closures and
     /// primitives reachable through pairs, arrays and AD wrappers, but not through closure
     /// environments. The environments of its closures are noted in `boxes` instead (a boxed
@@ -199,7 +243,7 @@ impl Av {
                 boxes.pending.push((*c, env.clone()));
             }
             Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => e.box_parts(out, boxes),
-            Av::OrZero(z, v) | Av::OneHot(z, v) => {
+            Av::OrZero(z, v) | Av::OneHot(z, v) | Av::Sum(z, v) => {
                 z.box_parts(out, boxes);
                 v.box_parts(out, boxes);
             }
@@ -254,6 +298,28 @@ impl Av {
                         .join(&Av::OneHot(y.clone(), f.clone()).boxed(boxes), boxes);
                 }
                 Av::OneHot(Rc::new(of), Rc::new(e.join(f, boxes)))
+            }
+            // A one-hot, an array, and sums of the two: a sum, each part that a value lacks a
+            // lazy zero there.
+            (Av::Sum(o1, d1), Av::Sum(o2, d2)) => {
+                Av::sum(o1.join(o2, boxes), d1.join(d2, boxes), boxes)
+            }
+            (Av::Sum(o, d), x @ (Av::OneHot(..) | Av::Array(..)))
+            | (x @ (Av::OneHot(..) | Av::Array(..)), Av::Sum(o, d)) => {
+                let of = self
+                    .sensitivity_of()
+                    .or(other.sensitivity_of())
+                    .expect("a sum");
+                let (o, d) = match x {
+                    Av::OneHot(..) => (o.join(x, boxes), Av::or_zero(of, d, boxes)),
+                    _ => (Av::or_zero(of, o, boxes), d.join(x, boxes)),
+                };
+                Av::sum(o, d, boxes)
+            }
+            (o @ Av::OneHot(of, _), d @ Av::Array(..))
+            | (d @ Av::Array(..), o @ Av::OneHot(of, _)) => {
+                let (o, d) = (Av::or_zero(of, o, boxes), Av::or_zero(of, d, boxes));
+                Av::sum(o, d, boxes)
             }
             (Av::Closure(c1, e1), Av::Closure(c2, e2)) if c1 == c2 => Av::Closure(
                 *c1,
@@ -315,6 +381,7 @@ impl Av {
             Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
             Av::OrZero(z, v) => Av::OrZero(Rc::new(z.shape()), Rc::new(v.shape())),
             Av::OneHot(a, e) => Av::OneHot(Rc::new(a.shape()), Rc::new(e.shape())),
+            Av::Sum(o, d) => Av::Sum(Rc::new(o.shape()), Rc::new(d.shape())),
             _ => self.clone(),
         }
     }
@@ -351,7 +418,7 @@ impl Av {
                 Av::Pair(_, a, b) | Av::Bundle(a, b) => go(a, left) && go(b, left),
                 Av::Closure(_, env) => env.iter().all(|x| go(x, left)),
                 Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => go(e, left),
-                Av::OrZero(z, v) | Av::OneHot(z, v) => go(z, left) && go(v, left),
+                Av::OrZero(z, v) | Av::OneHot(z, v) | Av::Sum(z, v) => go(z, left) && go(v, left),
                 _ => true,
             }
         }
@@ -426,6 +493,12 @@ impl Av {
                     Av::Array(..) => Av::OneHot(Rc::new(a), Rc::new(e)),
                     _ => Av::OneHot(Rc::new(a), Rc::new(e)).boxed(boxes),
                 }
+            }
+            // Not data: its parts are bounded as they stand.
+            Av::Sum(o, d) => {
+                let o = o.bounded_in(data, n, codes, boxes);
+                let d = d.bounded_in(data, n, codes, boxes);
+                Av::sum(o, d, boxes)
             }
             _ => unreachable!("aggregates only"),
         }

@@ -96,6 +96,13 @@ impl Analysis<'_> {
                 self.write_av(x, place, s);
                 s.push(')');
             }
+            Av::Sum(o, d) => {
+                s.push_str("(sum-sensitivity ");
+                self.write_av(o, place, s);
+                s.push(' ');
+                self.write_av(d, place, s);
+                s.push(')');
+            }
             Av::Dyn(callees) => {
                 s.push_str("dyn{");
                 for (i, c) in callees.iter().enumerate() {

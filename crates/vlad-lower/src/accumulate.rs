@@ -21,6 +21,9 @@ use vlad_core::Prim;
 use vlad_flow::Av;
 use vlad_ir::{BinOp, Op, Operand, Rt, Stmt, Ty, UnOp};
 
+/// What `sum_cases` does with the parts of a sum that are there (the one-hot, the dense array).
+type SumCase<'f, L> = dyn FnMut(&mut L, Option<&Val>, Option<&Val>) -> R<Val> + 'f;
+
 impl Lowerer<'_, '_> {
     /// The parts of a one-hot sensitivity: the reverse array it is the sensitivity of (its
     /// value), the index (an `i64`), and the element's sensitivity.
@@ -98,6 +101,175 @@ impl Lowerer<'_, '_> {
         self.rt(ty, Rt::AccMark, vec![arr])
     }
 
+    /// `f` on the parts of a one-hot plus a dense sensitivity (`Av::Sum`) that are there, in a
+    /// branch for each case the flags of parts that may be absent allow (the leaves of an
+    /// absent part are never read; one part at least is there): its value in the layout of
+    /// `to`.
+    pub(crate) fn sum_cases(&mut self, v: &Val, to: &Av, f: &mut SumCase<'_, Self>) -> R<Val> {
+        let Av::Sum(o, d) = &v.av else {
+            return self.unsupported("internal: the parts of a value that is not a sum");
+        };
+        let parts = self.raw_parts(v, &[o, d])?;
+        let (oflag, o) = self.present(&parts[0])?;
+        let (dflag, d) = self.present(&parts[1])?;
+        match oflag {
+            None => self.sum_with_onehot(&o, &dflag, &d, to, f),
+            Some(flag) => self.branch(Cond::Test(flag), to, |s, absent| {
+                if absent {
+                    f(s, None, Some(&d))
+                } else {
+                    s.sum_with_onehot(&o, &dflag, &d, to, f)
+                }
+            }),
+        }
+    }
+
+    /// `sum_cases` where the one-hot part is there.
+    fn sum_with_onehot(
+        &mut self,
+        o: &Val,
+        dflag: &Option<Operand>,
+        d: &Val,
+        to: &Av,
+        f: &mut SumCase<'_, Self>,
+    ) -> R<Val> {
+        match dflag {
+            None => f(self, Some(o), Some(d)),
+            Some(flag) => self.branch(Cond::Test(flag.clone()), to, |s, absent| {
+                f(s, Some(o), (!absent).then_some(d))
+            }),
+        }
+    }
+
+    /// A part of a sum: the flag saying it is absent where it may be (`Av::OrZero`), and the
+    /// part where it is there.
+    fn present(&mut self, p: &Val) -> R<(Option<Operand>, Val)> {
+        if let Av::OrZero(..) = p.av {
+            let (flag, _, x) = self.or_zero_parts(p)?;
+            return Ok((Some(flag), x));
+        }
+        Ok((None, p.clone()))
+    }
+
+    /// The leaves of an absent part of a sum (`Av::OrZero`, flagged a lazy zero; the zero's
+    /// reverse array is not known here and never read).
+    pub(crate) fn absent_part(&mut self, part: &Av) -> R<Vec<Operand>> {
+        let Av::OrZero(of, x) = part else {
+            return self.unsupported("internal: a part of a sum that cannot be absent");
+        };
+        let mut out = vec![Operand::Bool(true)];
+        out.extend(self.placeholders(&Av::Zero(of.clone()))?);
+        out.extend(self.placeholders(x)?);
+        Ok(out)
+    }
+
+    /// `(plus a b)` of a one-hot and a dense array sensitivity (either order) as the two, the
+    /// lengths checked as the evaluator checks a lazy sum's.
+    pub(crate) fn make_sum(&mut self, a: &Val, b: &Val, image: &Av) -> R<Vec<Operand>> {
+        let length = |s: &mut Self, v: &Val| -> R<Operand> {
+            let arr = match &v.av {
+                Av::OneHot(..) => s.onehot_parts(v)?.0.leaves[0].clone(),
+                _ => v.leaves[0].clone(),
+            };
+            Ok(s.let1(Ty::I64, Op::Length(arr)))
+        };
+        let (n, m) = (length(self, a)?, length(self, b)?);
+        self.lengths_agree("plus", &n, &m);
+        let (o, d) = if matches!(a.av, Av::OneHot(..)) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let from = Av::Sum(Rc::new(o.av.clone()), Rc::new(d.av.clone()));
+        let mut leaves = o.leaves.clone();
+        leaves.extend(d.leaves.iter().cloned());
+        self.coerce_leaves(&from, &leaves, image)
+    }
+
+    /// `(plus a b)` of a sum and a dense array (either order): the sum of the dense part and
+    /// the array, in the operands' order, beside the one-hot; the one-hot's length checked
+    /// against the array's where it is there (the dense part's is checked by its `plus`).
+    pub(crate) fn plus_sum_dense(&mut self, a: &Val, b: &Val, image: &Av) -> R<Vec<Operand>> {
+        let (sum, e) = if matches!(a.av, Av::Sum(..)) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let Av::Sum(o, d) = &sum.av else {
+            return self.unsupported("internal: the parts of a value that is not a sum");
+        };
+        let parts = self.raw_parts(sum, &[o, d])?;
+        let (oflag, onehot) = self.present(&parts[0])?;
+        let ((), check) = self.block(|s| {
+            let of = s.onehot_parts(&onehot)?.0.leaves[0].clone();
+            let n = s.let1(Ty::I64, Op::Length(of));
+            let m = s.let1(Ty::I64, Op::Length(e.leaves[0].clone()));
+            if std::ptr::eq(sum, a) {
+                s.lengths_agree("plus", &n, &m);
+            } else {
+                s.lengths_agree("plus", &m, &n);
+            }
+            Ok(())
+        })?;
+        match oflag {
+            None => {
+                for s in check {
+                    self.b.push(s);
+                }
+            }
+            Some(absent) => self.b.push(Stmt::If {
+                cond: absent,
+                then: Vec::new(),
+                els: check,
+            }),
+        }
+        let (x, y) = if std::ptr::eq(sum, a) {
+            (&parts[1], e)
+        } else {
+            (e, &parts[1])
+        };
+        let dense = self.prim_result(Prim::Plus, &Av::pair(x.av.clone(), y.av.clone()))?;
+        let mut leaves = parts[0].leaves.clone();
+        leaves.extend(self.plus(x, y)?);
+        let from = Av::Sum(o.clone(), Rc::new(dense));
+        self.coerce_leaves(&from, &leaves, image)
+    }
+
+    /// The dense array a sum stands for: the dense part where there is no one-hot, the
+    /// one-hot made dense where there is no dense part, else a copy of the dense part with
+    /// the one-hot added into it (the analysis's `force`).
+    pub(crate) fn force_sum(&mut self, v: &Val) -> R<Val> {
+        let to = self.an.force_av(&v.av).map_err(flow_error)?;
+        self.sum_cases(v, &to.clone(), &mut |s, o, d| match (o, d) {
+            (Some(o), None) => s.materialize_onehot(o, false),
+            (Some(o), Some(d)) => s.accumulate_in_place(d, o, &to, false),
+            (None, Some(d)) => Ok(d.clone()),
+            (None, None) => s.unsupported("internal: a sum of no parts"),
+        })
+    }
+
+    /// A boxed sum: the runtime's lazy sum (`vl_ad_plus`) of its parts, or the part that is
+    /// there.
+    pub(crate) fn box_sum(&mut self, v: &Val) -> R<Operand> {
+        let to = v.av.boxed(&mut vlad_flow::domain::Boxes::default());
+        let r = self.sum_cases(v, &to.clone(), &mut |s, o, d| {
+            let leaves = vec![match (o, d) {
+                (Some(o), None) => s.box_onehot(o)?,
+                (None, Some(d)) => s.boxed_val(d)?,
+                (Some(o), Some(d)) => {
+                    let (x, y) = (s.box_onehot(o)?, s.boxed_val(d)?);
+                    s.rt(Ty::Boxed, Rt::AdPlus, vec![x, y])
+                }
+                (None, None) => return s.unsupported("internal: a sum of no parts"),
+            }];
+            Ok(Val {
+                av: to.clone(),
+                leaves,
+            })
+        })?;
+        Ok(r.leaves[0].clone())
+    }
+
     /// A boxed one-hot: the runtime's lazy node (`vl_onehot`), as the evaluator keeps it.
     pub(crate) fn box_onehot(&mut self, v: &Val) -> R<Operand> {
         let (of, k, x) = self.onehot_parts(v)?;
@@ -114,6 +286,13 @@ impl Lowerer<'_, '_> {
             Av::OneHot(..) => {
                 let d = self.materialize_onehot(v, true)?;
                 return self.coerce(d, &to);
+            }
+            // The dense part copied, the one-hot added into the copy (the analysis's).
+            Av::Sum(o, d) => {
+                let parts = self.raw_parts(v, &[o, d])?;
+                let t = self.densify_copy(&parts[1])?;
+                let r = self.accumulate(&t, &parts[0])?;
+                return self.coerce(r, &to);
             }
             // A forward array (two arrays, soa.rs) is never added into in place (below), so
             // it needs no copy of its own.
@@ -210,10 +389,16 @@ impl Lowerer<'_, '_> {
                     }
                 })?
             }
+            // The dense part, then the one-hot (the analysis's).
+            (Av::Array(..), Av::Sum(o, d)) => {
+                let parts = self.raw_parts(b, &[o, d])?;
+                let t = self.accumulate(a, &parts[1])?;
+                self.accumulate(&t, &parts[0])?
+            }
             (Av::Array(..), Av::OneHot(..)) | (Av::Array(..), Av::Array(..))
                 if !soa && matches!(image, Av::Array(..)) =>
             {
-                self.accumulate_in_place(a, b, &image)?
+                self.accumulate_in_place(a, b, &image, true)?
             }
             (Av::Pair(t, ..), Av::Pair(u, ..)) if t == u => self.accumulate_parts(a, b, &image)?,
             (Av::Tagged(t, _), Av::Tagged(u, _)) if t == u => {
@@ -245,8 +430,8 @@ impl Lowerer<'_, '_> {
 
     /// `b`, a one-hot or an array of `a`'s length, added into the flat array `a` (copied
     /// first, marked, unless it is an accumulator's own), its elements in the layout of the
-    /// image's.
-    fn accumulate_in_place(&mut self, a: &Val, b: &Val, image: &Av) -> R<Val> {
+    /// image's. Not `in_place`: into a copy, not marked (a sum made dense).
+    fn accumulate_in_place(&mut self, a: &Val, b: &Val, image: &Av, in_place: bool) -> R<Val> {
         let (Av::Array(_, _, ae), Av::Array(_, _, ie)) = (&a.av, image) else {
             return self.unsupported("internal: an accumulator that is not an array");
         };
@@ -258,15 +443,8 @@ impl Lowerer<'_, '_> {
         let arr = self.b.var(ty.clone(), "acc");
         self.b.push(Stmt::Declare(vec![arr]));
         let same = self.layout(&ae.shape())? == self.layout(&ie.shape())? && ae == ie;
-        let owned = if same {
-            self.rt(Ty::Bool, Rt::AccOwned, vec![src.clone()])
-        } else {
-            Operand::Bool(false)
-        };
-        let ((), keep) = self.block(|s| {
-            s.b.push(Stmt::Set(arr, src.clone()));
-            Ok(())
-        })?;
+        // (Not in place, or not of the image's layout: copied; the copy is the sum's own.)
+        let owned = (same && in_place).then(|| self.rt(Ty::Bool, Rt::AccOwned, vec![src.clone()]));
         let ((), copy) = self.block(|s| {
             let n = s.let1(Ty::I64, Op::Length(src.clone()));
             let c = s.flat_loop(&n, &ie, |s, i| {
@@ -277,15 +455,25 @@ impl Lowerer<'_, '_> {
                 };
                 Ok(s.coerce(x, &ie)?.leaves)
             })?;
-            let c = s.acc_mark(image, c);
+            let c = if in_place { s.acc_mark(image, c) } else { c };
             s.b.push(Stmt::Set(arr, c));
             Ok(())
         })?;
-        self.b.push(Stmt::If {
-            cond: owned,
-            then: keep,
-            els: copy,
-        });
+        if let Some(owned) = owned {
+            let ((), keep) = self.block(|s| {
+                s.b.push(Stmt::Set(arr, src.clone()));
+                Ok(())
+            })?;
+            self.b.push(Stmt::If {
+                cond: owned,
+                then: keep,
+                els: copy,
+            });
+        } else {
+            for s in copy {
+                self.b.push(s);
+            }
+        }
         let acc = Operand::Var(arr);
         let n = self.let1(Ty::I64, Op::Length(acc.clone()));
         // Adds `x` into element `i` of the accumulator.

@@ -100,6 +100,10 @@ impl Lowerer<'_, '_> {
                 out.push(None);
                 self.slots(x, out)?;
             }
+            Av::Sum(o, d) => {
+                self.slots(o, out)?;
+                self.slots(d, out)?;
+            }
         }
         Ok(())
     }
@@ -1110,6 +1114,7 @@ pub(crate) fn no_value(a: &Av) -> bool {
         Av::Tagged(_, x) | Av::Zero(x) => no_value(x),
         Av::OrZero(z, x) => no_value(z) && no_value(x),
         Av::OneHot(_, x) => no_value(x),
+        Av::Sum(o, d) => no_value(o) && no_value(d),
         Av::Closure(_, env) => env.iter().any(no_value),
         _ => false,
     }

@@ -71,6 +71,11 @@ impl Lowerer<'_, '_> {
                 f(Ty::F64, av)?;
                 self.visit_leaves(x, f)?;
             }
+            // The one-hot part, then the dense part.
+            Av::Sum(o, d) => {
+                self.visit_leaves(o, f)?;
+                self.visit_leaves(d, f)?;
+            }
             // Which alternative it is (true: the lazy zero), then the leaves of each.
             Av::OrZero(of, x) => {
                 f(Ty::Bool, av)?;
@@ -149,6 +154,9 @@ impl Lowerer<'_, '_> {
     pub(crate) fn force(&mut self, v: Val) -> R<Val> {
         if let Av::OneHot(..) = &v.av {
             return self.materialize_onehot(&v, false);
+        }
+        if let Av::Sum(..) = &v.av {
+            return self.force_sum(&v);
         }
         // A perturbed one-hot: the perturbation array.
         if let Av::Tagged(vlad_core::Tag::Perturbation, x) = &v.av {
@@ -308,6 +316,31 @@ impl Lowerer<'_, '_> {
                     leaves: leaves.to_vec(),
                 };
                 let d = self.materialize_onehot(&v, false)?;
+                self.coerce_leaves(&d.av, &d.leaves, to)?
+            }
+            // Sums part by part; a one-hot or an array as a sum without the other part.
+            (Av::Sum(o, d), Av::Sum(p, e)) => {
+                let parts = self.split(&[o, d], leaves)?;
+                let mut out = self.coerce_leaves(o, &parts[0], p)?;
+                out.extend(self.coerce_leaves(d, &parts[1], e)?);
+                out
+            }
+            (Av::OneHot(..), Av::Sum(p, e)) => {
+                let mut out = self.coerce_leaves(from, leaves, p)?;
+                out.extend(self.absent_part(e)?);
+                out
+            }
+            (Av::Array(..), Av::Sum(p, e)) => {
+                let mut out = self.absent_part(p)?;
+                out.extend(self.coerce_leaves(from, leaves, e)?);
+                out
+            }
+            (Av::Sum(..), Av::Array(..)) => {
+                let v = Val {
+                    av: from.clone(),
+                    leaves: leaves.to_vec(),
+                };
+                let d = self.force_sum(&v)?;
                 self.coerce_leaves(&d.av, &d.leaves, to)?
             }
             (Av::Zero(_), Av::OrZero(of, x)) => {
@@ -566,6 +599,7 @@ impl Lowerer<'_, '_> {
                 return Ok(self.coerce_or_zero(v, &to)?.swap_remove(0));
             }
             Av::OneHot(..) => return self.box_onehot(v),
+            Av::Sum(..) => return self.box_sum(v),
         };
         Ok(self.rt(Ty::Boxed, rt, args))
     }
@@ -690,7 +724,7 @@ fn small(v: &Av, budget: &mut usize) -> bool {
     match v {
         Av::Pair(_, a, b) | Av::Bundle(a, b) => small(a, budget) && small(b, budget),
         Av::Tagged(_, x) | Av::Zero(x) => small(x, budget),
-        Av::OrZero(z, x) | Av::OneHot(z, x) => small(z, budget) && small(x, budget),
+        Av::OrZero(z, x) | Av::OneHot(z, x) | Av::Sum(z, x) => small(z, budget) && small(x, budget),
         Av::Closure(_, env) => env.iter().all(|x| small(x, budget)),
         _ => true,
     }
@@ -749,7 +783,7 @@ pub(crate) fn has_array(v: &Av) -> bool {
         Av::Closure(_, env) => env.iter().any(has_array),
         Av::Tagged(_, x) | Av::Zero(x) => has_array(x),
         Av::OrZero(z, x) => has_array(z) || has_array(x),
-        Av::OneHot(..) => true,
+        Av::OneHot(..) | Av::Sum(..) => true,
         _ => false,
     }
 }
@@ -768,7 +802,12 @@ pub(crate) fn has_boxed_part(av: &Av) -> bool {
 /// unknown booleans: zeros keep booleans).
 pub(crate) fn static_zero(of: &Av) -> bool {
     match of {
-        Av::Array(..) | Av::Dyn(_) | Av::Bool(None) | Av::OrZero(..) | Av::OneHot(..) => false,
+        Av::Array(..)
+        | Av::Dyn(_)
+        | Av::Bool(None)
+        | Av::OrZero(..)
+        | Av::OneHot(..)
+        | Av::Sum(..) => false,
         Av::Pair(_, a, b) | Av::Bundle(a, b) => static_zero(a) && static_zero(b),
         Av::Closure(_, env) => env.iter().all(static_zero),
         Av::Tagged(_, x) | Av::Zero(x) => static_zero(x),
@@ -791,6 +830,7 @@ fn short(v: &Av) -> &'static str {
         Av::Zero(_) => "a zero sensitivity",
         Av::OrZero(..) => "a zero sensitivity or a value",
         Av::OneHot(..) => "a one-hot sensitivity",
+        Av::Sum(..) => "a one-hot plus a dense sensitivity",
         Av::Dyn(_) => "a boxed value",
     }
 }

@@ -737,8 +737,32 @@ impl Lowerer<'_, '_> {
             return self.plus_or_zero(b, a, true);
         }
         Ok(match (&a.av, &b.av) {
-            // A one-hot and another array sensitivity: boxed, a lazy sum (the analysis's).
-            (Av::Dyn(_), _) | (_, Av::Dyn(_)) | (Av::OneHot(..), _) | (_, Av::OneHot(..)) => {
+            // A one-hot and a dense array sensitivity: the two (the analysis's `Av::Sum`).
+            (Av::OneHot(..), Av::Array(..)) | (Av::Array(..), Av::OneHot(..))
+                if matches!(
+                    self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?,
+                    Av::Sum(..)
+                ) =>
+            {
+                let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
+                self.make_sum(a, b, &image)?
+            }
+            // A sum and a dense array: the dense parts added, the one-hot kept.
+            (Av::Sum(..), Av::Array(..)) | (Av::Array(..), Av::Sum(..))
+                if matches!(
+                    self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?,
+                    Av::Sum(..)
+                ) =>
+            {
+                let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
+                self.plus_sum_dense(a, b, &image)?
+            }
+            // A one-hot or a sum and another array sensitivity: boxed, a lazy sum (the
+            // analysis's).
+            (Av::Dyn(_), _)
+            | (_, Av::Dyn(_))
+            | (Av::OneHot(..) | Av::Sum(..), _)
+            | (_, Av::OneHot(..) | Av::Sum(..)) => {
                 let (x, y) = (self.boxed_val(a)?, self.boxed_val(b)?);
                 vec![self.rt(Ty::Boxed, Rt::AdPlus, vec![x, y])]
             }

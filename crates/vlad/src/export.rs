@@ -349,7 +349,7 @@ fn holds_procedure(av: &Av) -> bool {
         Av::Closure(..) | Av::Prim(_) => true,
         Av::Pair(_, a, d) => holds_procedure(a) || holds_procedure(d),
         Av::Array(_, _, e) | Av::Tagged(_, e) | Av::Zero(e) => holds_procedure(e),
-        Av::Bundle(p, t) | Av::OrZero(p, t) | Av::OneHot(p, t) => {
+        Av::Bundle(p, t) | Av::OrZero(p, t) | Av::OneHot(p, t) | Av::Sum(p, t) => {
             holds_procedure(p) || holds_procedure(t)
         }
         Av::Dyn(callees) => !callees.is_empty(),
