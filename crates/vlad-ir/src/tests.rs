@@ -2802,6 +2802,62 @@ fn slots_that_every_write_stores_one_value_into_are_one_slot() {
     }
 }
 
+/// A slot that every write stores its own index into (as a real) is read as the index the
+/// load is at, and dropped; forward mode's copies of the tape keep the property. One write of
+/// another value (at a constant index) keeps the slot.
+#[test]
+fn a_slot_that_holds_its_own_index_is_read_as_the_index() {
+    for (copied, overwritten) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut p = tape_read_at_one_slot(copied, false);
+        // Slot 1 stores x = i64tof64 i itself (f1 reads t[0].1).
+        let mut index = None;
+        walk(&p.funcs[0].body, &mut |s| {
+            if let Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, _)) = s {
+                index = Some(vs[0]);
+            }
+        });
+        walk_mut(&mut p.funcs[0].body, &mut |s| {
+            if let Stmt::Store { slot: 1, value, .. } = s {
+                *value = Operand::Var(index.unwrap());
+            }
+        });
+        if overwritten {
+            let body = &mut p.funcs[0].body;
+            let at = body
+                .iter()
+                .position(|s| matches!(s, Stmt::For { .. }))
+                .unwrap();
+            let tape = match &body[0] {
+                Stmt::Let(vs, _) => vs[0],
+                _ => unreachable!("the tape first"),
+            };
+            body.insert(
+                at + 1,
+                Stmt::Store {
+                    array: Operand::Var(tape),
+                    index: Operand::I64(0),
+                    slot: 1,
+                    value: Operand::F64(7.0),
+                },
+            );
+        }
+        verify(&p).unwrap();
+        passes::fields::run(&mut p);
+        verify(&p).unwrap();
+        let main = crate::print::function(&p, FuncId(0));
+        let read = crate::print::function(&p, FuncId(1));
+        if overwritten {
+            assert!(read.contains("load"), "{read}");
+            assert!(main.contains("new array(f64) count n"), "{main}");
+            assert!(main.contains("7.0"), "{main}");
+        } else {
+            assert!(!read.contains("load"), "{read}");
+            assert!(read.contains("i64tof64 0i"), "{read}");
+            assert!(!main.contains("7.0"), "{main}");
+        }
+    }
+}
+
 #[test]
 fn a_tape_the_runtime_sees_keeps_every_slot() {
     let mut p = tape_read_at_one_slot(false, true);

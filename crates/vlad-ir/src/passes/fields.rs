@@ -19,7 +19,9 @@
 //! Before that, slots that every write of a layout stores the same value into (the index as a
 //! real, which the lowering stores once for each use the step made of it) are merged: a load
 //! of the later slot reads the first instead, so that the later one is read by no load
-//! (`merge_same`).
+//! (`merge_same`). And first of all, a slot that every write stores its own index into is
+//! read as the index the load is at (`own_index`): the sweep knows which record it reads, so
+//! the record need not hold the step's index.
 
 use crate::ir::*;
 use std::collections::{HashMap, HashSet};
@@ -28,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 /// changed are simplified again (the values only stored there are dead).
 pub fn run(p: &mut Program) {
     let escaped = uses(p).escaped;
+    own_index(p, &escaped);
     merge_same(p, &escaped);
     let use_ = uses(p);
     let mut kept = Kept::default();
@@ -134,6 +137,226 @@ fn by_type(l: &Layout) -> Vec<u32> {
         .collect()
 }
 
+/// One write of array elements: the elements of a `build` at its index, or the stores into
+/// one element (an array at an index) in a block with nothing between them that could read
+/// it (arithmetic, stores into arrays of other layouts).
+struct Write<'a> {
+    layout: Layout,
+    index: Operand,
+    slots: Vec<Written<'a>>,
+}
+
+/// What a write stores into a slot.
+enum Written<'a> {
+    One(&'a Operand),
+    /// Stored more than once.
+    Many,
+    /// Not written: the slot keeps what it held.
+    Kept,
+}
+
+/// The writes of elements of `f` (`build`s and stores; nothing else writes array elements).
+fn element_writes(f: &Function) -> Vec<Write<'_>> {
+    let mut writes = Vec::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Build {
+            layout,
+            elem,
+            index,
+            ..
+        } = s
+        {
+            writes.push(Write {
+                layout: layout.clone(),
+                index: Operand::Var(*index),
+                slots: elem.iter().map(Written::One).collect(),
+            });
+        }
+    });
+    let mut blocks: Vec<&Block> = vec![&f.body];
+    walk(&f.body, &mut |s| blocks.extend(children(s)));
+    for block in blocks {
+        let mut taken = vec![false; block.len()];
+        for i in 0..block.len() {
+            let Stmt::Store { array, index, .. } = &block[i] else {
+                continue;
+            };
+            if taken[i] {
+                continue;
+            }
+            let layout = match array {
+                Operand::Var(a) => match f.ty(*a) {
+                    Ty::Array(l) => l.clone(),
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            // The stores into this element, through the statements that cannot read it:
+            // arithmetic, and stores into arrays of other layouts.
+            let mut run: HashMap<u32, Vec<&Operand>> = HashMap::new();
+            for (j, t) in block.iter().enumerate().skip(i) {
+                match t {
+                    Stmt::Store {
+                        array: a,
+                        index: x,
+                        slot,
+                        value,
+                    } if a == array && x == index => {
+                        run.entry(*slot).or_default().push(value);
+                        taken[j] = true;
+                    }
+                    Stmt::Store { array: a, .. }
+                        if a.var()
+                            .is_some_and(|a| !matches!(f.ty(a), Ty::Array(l) if *l == layout)) => {}
+                    Stmt::Let(_, Op::Binary(..) | Op::Unary(..) | Op::Copy(_)) | Stmt::Site(_) => {}
+                    _ => break,
+                }
+            }
+            let slots = (0..layout.len() as u32)
+                .map(|k| match run.get(&k).map(|xs| &xs[..]) {
+                    None => Written::Kept,
+                    Some([x]) => Written::One(x),
+                    Some(_) => Written::Many,
+                })
+                .collect();
+            writes.push(Write {
+                layout,
+                index: index.clone(),
+                slots,
+            });
+        }
+    }
+    writes
+}
+
+/// Makes the loads of a slot that every write of its layout stores its own index into, as a
+/// real (`i64tof64` of the index the write is at: a tape's record holds the step's index),
+/// that index converted, so that no load reads the slot (layouts not in `escaped`). Every
+/// write must store into the slot: a value loaded from such a slot of another array at the
+/// same index counts as the index (forward mode's copies of a tape), to a fixed point.
+fn own_index(p: &mut Program, escaped: &HashSet<Layout>) {
+    /// What one write stores into a slot.
+    enum Is {
+        Index,
+        Copy(Layout, u32),
+        Other,
+    }
+    let mut writes: Vec<(Layout, Vec<Is>)> = Vec::new();
+    for f in &p.funcs {
+        let assigned = super::simplify::mutable(&f.body);
+        let loads = element_loads(f, escaped, &assigned);
+        // Reals that are an index: `v = i64tof64 i`.
+        let mut reals: HashMap<Var, Var> = HashMap::new();
+        walk(&f.body, &mut |s| {
+            if let Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, Operand::Var(i))) = s {
+                if let [v] = &vs[..] {
+                    if !assigned.contains(v) && !assigned.contains(i) {
+                        reals.insert(*v, *i);
+                    }
+                }
+            }
+        });
+        for w in element_writes(f) {
+            let at = w.index.var().filter(|i| !assigned.contains(i));
+            let slots = w
+                .slots
+                .iter()
+                .map(|x| match (x, at) {
+                    (Written::One(Operand::Var(v)), Some(i)) if reals.get(v) == Some(&i) => {
+                        Is::Index
+                    }
+                    (Written::One(Operand::Var(v)), Some(i)) => match loads.get(v) {
+                        Some((_, x, l, k)) if x.var() == Some(i) => Is::Copy(l.clone(), *k),
+                        _ => Is::Other,
+                    },
+                    _ => Is::Other,
+                })
+                .collect();
+            writes.push((w.layout, slots));
+        }
+    }
+    writes.retain(|(l, _)| !escaped.contains(l));
+    let mut own: HashMap<Layout, Vec<bool>> = writes
+        .iter()
+        .map(|(l, _)| (l.clone(), l.iter().map(|t| *t == Ty::F64).collect()))
+        .collect();
+    loop {
+        let mut changed = false;
+        for (l, slots) in &writes {
+            for (k, x) in slots.iter().enumerate() {
+                let index = match x {
+                    Is::Index => true,
+                    Is::Copy(m, j) => own.get(m).is_some_and(|o| o[*j as usize]),
+                    Is::Other => false,
+                };
+                let o = own.get_mut(l).expect("a layout written");
+                if !index && o[k] {
+                    o[k] = false;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for f in &mut p.funcs {
+        let tys: Vec<Ty> = f.vars.iter().map(|v| v.ty.clone()).collect();
+        walk_mut(&mut f.body, &mut |s| {
+            let index = match s {
+                Stmt::Let(
+                    _,
+                    Op::Load {
+                        array: Operand::Var(a),
+                        index,
+                        slot,
+                    },
+                ) => match &tys[a.0 as usize] {
+                    Ty::Array(l) if own.get(l).is_some_and(|o| o[*slot as usize]) => {
+                        Some(index.clone())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let (Some(index), Stmt::Let(vs, _)) = (index, &*s) {
+                *s = Stmt::Let(vs.clone(), Op::Unary(UnOp::I64ToF64, index));
+            }
+        });
+    }
+}
+
+/// The loads of one element in `f`: each variable loaded from an array variable at an index
+/// that no `set` assigns (`assigned`), with the array, the index, its layout (not in
+/// `escaped`) and the slot.
+fn element_loads(
+    f: &Function,
+    escaped: &HashSet<Layout>,
+    assigned: &HashSet<Var>,
+) -> HashMap<Var, (Var, Operand, Layout, u32)> {
+    let mut loads = HashMap::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Let(
+            vs,
+            Op::Load {
+                array: Operand::Var(a),
+                index,
+                slot,
+            },
+        ) = s
+        {
+            if let (Ty::Array(l), [v]) = (f.ty(*a), &vs[..]) {
+                let fixed =
+                    !assigned.contains(a) && index.var().is_none_or(|i| !assigned.contains(&i));
+                if fixed && !escaped.contains(l) {
+                    loads.insert(*v, (*a, index.clone(), l.clone(), *slot));
+                }
+            }
+        }
+    });
+    loads
+}
+
 /// Makes the loads of a slot that every write of its layout stores the same value into as an
 /// earlier slot load that earlier slot (layouts not in `escaped`, which the runtime or boxed
 /// values may write too). The writes are the elements of a `build`, and the stores into one
@@ -149,88 +372,26 @@ fn merge_same(p: &mut Program, escaped: &HashSet<Layout>) {
     for (fi, f) in p.funcs.iter().enumerate() {
         // Loads of one element: from an array variable at an index that no `set` assigns.
         let assigned = super::simplify::mutable(&f.body);
-        let mut loads: HashMap<Var, (Var, String, Layout, u32)> = HashMap::new();
-        walk(&f.body, &mut |s| {
-            if let Stmt::Let(
-                vs,
-                Op::Load {
-                    array: Operand::Var(a),
-                    index,
-                    slot,
-                },
-            ) = s
-            {
-                if let (Ty::Array(l), [v]) = (f.ty(*a), &vs[..]) {
-                    let fixed =
-                        !assigned.contains(a) && index.var().is_none_or(|i| !assigned.contains(&i));
-                    if fixed && !escaped.contains(l) {
-                        loads.insert(*v, (*a, format!("{index:?}"), l.clone(), *slot));
-                    }
-                }
-            }
-        });
+        let loads = element_loads(f, escaped, &assigned);
         let stored = |x: &Operand| match x {
             Operand::Var(v) => match loads.get(v) {
-                Some((a, i, l, k)) => Stored::Copy(fi, *a, i.clone(), l.clone(), *k),
+                Some((a, i, l, k)) => Stored::Copy(fi, *a, format!("{i:?}"), l.clone(), *k),
                 None => Stored::Var(fi, *v),
             },
             x => Stored::Const(format!("{x:?}")),
         };
-        walk(&f.body, &mut |s| {
-            if let Stmt::Build { layout, elem, .. } = s {
-                writes.push((layout.clone(), elem.iter().map(stored).collect()));
-            }
-        });
-        let mut blocks: Vec<&Block> = vec![&f.body];
-        walk(&f.body, &mut |s| blocks.extend(children(s)));
-        for block in blocks {
-            let mut taken = vec![false; block.len()];
-            for i in 0..block.len() {
-                let Stmt::Store { array, index, .. } = &block[i] else {
-                    continue;
-                };
-                if taken[i] {
-                    continue;
-                }
-                let layout = match array {
-                    Operand::Var(a) => match f.ty(*a) {
-                        Ty::Array(l) => l.clone(),
-                        _ => continue,
-                    },
-                    _ => continue,
-                };
-                // The stores into this element, through the statements that cannot read it:
-                // arithmetic, and stores into arrays of other layouts.
-                let mut run: HashMap<u32, Vec<&Operand>> = HashMap::new();
-                for (j, t) in block.iter().enumerate().skip(i) {
-                    match t {
-                        Stmt::Store {
-                            array: a,
-                            index: x,
-                            slot,
-                            value,
-                        } if a == array && x == index => {
-                            run.entry(*slot).or_default().push(value);
-                            taken[j] = true;
-                        }
-                        Stmt::Store { array: a, .. }
-                            if a.var().is_some_and(
-                                |a| !matches!(f.ty(a), Ty::Array(l) if *l == layout),
-                            ) => {}
-                        Stmt::Let(_, Op::Binary(..) | Op::Unary(..) | Op::Copy(_))
-                        | Stmt::Site(_) => {}
-                        _ => break,
-                    }
-                }
-                let slots = (0..layout.len() as u32)
-                    .map(|k| match run.get(&k).map(|xs| &xs[..]) {
-                        None => Stored::Kept,
-                        Some([x]) => stored(x),
-                        Some(_) => Stored::Unique(k),
-                    })
-                    .collect();
-                writes.push((layout, slots));
-            }
+        for w in element_writes(f) {
+            let slots = w
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(k, x)| match x {
+                    Written::Kept => Stored::Kept,
+                    Written::One(x) => stored(x),
+                    Written::Many => Stored::Unique(k as u32),
+                })
+                .collect();
+            writes.push((w.layout, slots));
         }
     }
     writes.retain(|(l, _)| !escaped.contains(l));
