@@ -2723,6 +2723,29 @@ fn a_tape_keeps_only_the_slots_its_sweep_reads() {
 /// slot 2 reads slot 1 instead, and the records keep that one slot, copied or not (the copy's
 /// two slots are loads of one element's slots that are one). If `overwritten`, a later store
 /// writes slot 2 of record 0 alone: the two slots differ there, and both are kept.
+/// Stores 7.0 into slot `slot` of the first record of `tape_read_at_one_slot`'s tape, after
+/// the loop that fills it.
+fn overwrite_first_record(p: &mut Program, slot: u32) {
+    let body = &mut p.funcs[0].body;
+    let at = body
+        .iter()
+        .position(|s| matches!(s, Stmt::For { .. }))
+        .unwrap();
+    let tape = match &body[0] {
+        Stmt::Let(vs, _) => vs[0],
+        _ => unreachable!("the tape first"),
+    };
+    body.insert(
+        at + 1,
+        Stmt::Store {
+            array: Operand::Var(tape),
+            index: Operand::I64(0),
+            slot,
+            value: Operand::F64(7.0),
+        },
+    );
+}
+
 #[test]
 fn slots_that_every_write_stores_one_value_into_are_one_slot() {
     for (copied, overwritten) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -2764,24 +2787,7 @@ fn slots_that_every_write_stores_one_value_into_are_one_slot() {
             }
         });
         if overwritten {
-            let body = &mut p.funcs[0].body;
-            let at = body
-                .iter()
-                .position(|s| matches!(s, Stmt::For { .. }))
-                .unwrap();
-            let tape = match &body[0] {
-                Stmt::Let(vs, _) => vs[0],
-                _ => unreachable!("the tape first"),
-            };
-            body.insert(
-                at + 1,
-                Stmt::Store {
-                    array: Operand::Var(tape),
-                    index: Operand::I64(0),
-                    slot: 2,
-                    value: Operand::F64(7.0),
-                },
-            );
+            overwrite_first_record(&mut p, 2);
         }
         verify(&p).unwrap();
         passes::fields::run(&mut p);
@@ -2822,24 +2828,7 @@ fn a_slot_that_holds_its_own_index_is_read_as_the_index() {
             }
         });
         if overwritten {
-            let body = &mut p.funcs[0].body;
-            let at = body
-                .iter()
-                .position(|s| matches!(s, Stmt::For { .. }))
-                .unwrap();
-            let tape = match &body[0] {
-                Stmt::Let(vs, _) => vs[0],
-                _ => unreachable!("the tape first"),
-            };
-            body.insert(
-                at + 1,
-                Stmt::Store {
-                    array: Operand::Var(tape),
-                    index: Operand::I64(0),
-                    slot: 1,
-                    value: Operand::F64(7.0),
-                },
-            );
+            overwrite_first_record(&mut p, 1);
         }
         verify(&p).unwrap();
         passes::fields::run(&mut p);

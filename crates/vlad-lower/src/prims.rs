@@ -737,25 +737,22 @@ impl Lowerer<'_, '_> {
             return self.plus_or_zero(b, a, true);
         }
         Ok(match (&a.av, &b.av) {
-            // A one-hot and a dense array sensitivity: the two (the analysis's `Av::Sum`).
-            (Av::OneHot(..), Av::Array(..)) | (Av::Array(..), Av::OneHot(..))
+            // A one-hot and a dense array sensitivity: the two; a sum and a dense array: the
+            // dense parts added, the one-hot kept (the analysis's `Av::Sum`, where the two are
+            // of one array).
+            (Av::OneHot(..) | Av::Sum(..), Av::Array(..))
+            | (Av::Array(..), Av::OneHot(..) | Av::Sum(..))
                 if matches!(
                     self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?,
                     Av::Sum(..)
                 ) =>
             {
                 let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
-                self.make_sum(a, b, &image)?
-            }
-            // A sum and a dense array: the dense parts added, the one-hot kept.
-            (Av::Sum(..), Av::Array(..)) | (Av::Array(..), Av::Sum(..))
-                if matches!(
-                    self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?,
-                    Av::Sum(..)
-                ) =>
-            {
-                let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
-                self.plus_sum_dense(a, b, &image)?
+                if matches!(a.av, Av::Sum(..)) || matches!(b.av, Av::Sum(..)) {
+                    self.plus_sum_dense(a, b, &image)?
+                } else {
+                    self.make_sum(a, b, &image)?
+                }
             }
             // A one-hot or a sum and another array sensitivity: boxed, a lazy sum (the
             // analysis's).
