@@ -1120,6 +1120,26 @@ fn prints_what_the_evaluator_prints_in_few_chunks(
     assert!(used <= chunks, "{big}: {used} arena chunks: {stderr}");
 }
 
+/// Reverse over reverse through a `build` whose elements are derivatives: the tape's records
+/// are copied into an array whose layout no load reads, and `fields` dropped the copy's load
+/// but kept its store, so the C did not compile (the program ran in the evaluator). Found by
+/// `VLAD_RANDOM_SEED=18`.
+#[test]
+fn a_copy_into_an_array_no_one_reads_compiles() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "copy.vlad",
+        "(include \"ad\")\n\
+         ((derivative-R (lambda (x1) (get (build 2 (lambda (j9) ((derivative-R (lambda (x11)\n\
+            (if (< x11 (real 0.5)) (* x11 x11) (+ x11 1.5)))) x1))) 1))) 0.3)\n",
+    );
+    let out = compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, "");
+    assert_eq!(out.trim(), "2");
+}
+
 /// A loop whose step reads an array once and loops over it (k-means' shape: the nearest centre
 /// from the first one and a fold over all) gives the array a one-hot plus a dense sensitivity
 /// per step, which the sweep adds into its accumulator part by part: the arena holds the tape,

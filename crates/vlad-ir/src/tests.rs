@@ -2719,10 +2719,6 @@ fn a_tape_keeps_only_the_slots_its_sweep_reads() {
     }
 }
 
-/// `tape_read_at_one_slot` whose records store 2i in slots 1 and 2, read at both: the load of
-/// slot 2 reads slot 1 instead, and the records keep that one slot, copied or not (the copy's
-/// two slots are loads of one element's slots that are one). If `overwritten`, a later store
-/// writes slot 2 of record 0 alone: the two slots differ there, and both are kept.
 /// Stores 7.0 into slot `slot` of the first record of `tape_read_at_one_slot`'s tape, after
 /// the loop that fills it.
 fn overwrite_first_record(p: &mut Program, slot: u32) {
@@ -2746,6 +2742,10 @@ fn overwrite_first_record(p: &mut Program, slot: u32) {
     );
 }
 
+/// `tape_read_at_one_slot` whose records store 2i in slots 1 and 2, read at both: the load of
+/// slot 2 reads slot 1 instead, and the records keep that one slot, copied or not (the copy's
+/// two slots are loads of one element's slots that are one). If `overwritten`, a later store
+/// writes slot 2 of record 0 alone: the two slots differ there, and both are kept.
 #[test]
 fn slots_that_every_write_stores_one_value_into_are_one_slot() {
     for (copied, overwritten) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -2845,6 +2845,59 @@ fn a_slot_that_holds_its_own_index_is_read_as_the_index() {
             assert!(!main.contains("7.0"), "{main}");
         }
     }
+}
+
+/// A slot copied into an array whose layout no load reads (which keeps its first slot all
+/// the same): the copy's store goes with the load it stores, which reads a dropped slot.
+/// Before, the store stayed and its value was undefined (found by a nested reverse-mode
+/// program whose C did not compile).
+#[test]
+fn a_copy_into_an_array_no_one_reads_goes_with_its_load() {
+    let mut p = tape_read_at_one_slot(false, false);
+    let f0 = &mut p.funcs[0];
+    let tape = match &f0.body[0] {
+        Stmt::Let(vs, _) => vs[0],
+        _ => unreachable!("the tape first"),
+    };
+    let copy = fresh_var(&mut f0.vars, Ty::Array(layout(&[Ty::F64])), "copy");
+    let x = fresh_var(&mut f0.vars, Ty::F64, "x");
+    let at = f0
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::For { .. }))
+        .unwrap();
+    f0.body.splice(
+        at + 1..at + 1,
+        [
+            Stmt::Let(
+                vec![copy],
+                Op::NewArray {
+                    layout: layout(&[Ty::F64]),
+                    count: Operand::I64(1),
+                },
+            ),
+            Stmt::Let(
+                vec![x],
+                Op::Load {
+                    array: Operand::Var(tape),
+                    index: Operand::I64(0),
+                    slot: 0,
+                },
+            ),
+            Stmt::Store {
+                array: Operand::Var(copy),
+                index: Operand::I64(0),
+                slot: 0,
+                value: Operand::Var(x),
+            },
+        ],
+    );
+    verify(&p).unwrap();
+    passes::fields::run(&mut p);
+    verify(&p).unwrap();
+    let main = crate::print::function(&p, FuncId(0));
+    assert!(!main.contains("copy"), "{main}");
+    assert_eq!(main.matches("store").count(), 1, "{main}");
 }
 
 #[test]

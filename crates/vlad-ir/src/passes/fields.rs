@@ -14,7 +14,8 @@
 //! read, to a fixed point. A layout that the runtime or a boxed value may see is left whole,
 //! with the layouts nested in it: an array passed to or returned by the runtime, cast, held
 //! by a boxed object or a global, a constant, in a union, or a parameter or result of a
-//! function the runtime calls. A layout no slot of which is read keeps its first slot.
+//! function the runtime calls. A layout no slot of which is read keeps its first slot, and
+//! nothing is stored there.
 //!
 //! Before that, slots that every write of a layout stores the same value into (the index as a
 //! real, which the lowering stores once for each use the step made of it) are merged: a load
@@ -53,6 +54,12 @@ pub fn run(p: &mut Program) {
         let mut changed = false;
         flat_map(&mut f.body, &mut |mut s| {
             match &mut s {
+                // A store into the slot a layout keeps though no one reads it is dropped: its
+                // value may be a load of a dropped slot (copied only into unread slots).
+                Stmt::Store { array, .. } if kept.unread_layout(&old, array) => {
+                    changed = true;
+                    return vec![];
+                }
                 // A load of a dropped slot is only copied into slots dropped too.
                 Stmt::Store { array, slot, .. } | Stmt::Let(_, Op::Load { array, slot, .. }) => {
                     if let Some(k) = kept.slots(&old, array) {
@@ -67,6 +74,9 @@ pub fn run(p: &mut Program) {
                 }
                 Stmt::Let(_, Op::NewArray { layout, .. }) => *layout = kept.layout(layout),
                 Stmt::Build { layout, elem, .. } => {
+                    if kept.unread.contains(layout) {
+                        elem[0] = Operand::placeholder(&layout[0]);
+                    }
                     let k = &kept.keep[layout];
                     changed |= k.contains(&false);
                     retain_marked(elem, k);
@@ -619,6 +629,9 @@ fn operand_ty(p: &Program, f: &Function, x: &Operand) -> Option<Ty> {
 struct Kept {
     keep: HashMap<Layout, Vec<bool>>,
     mapped: HashMap<Layout, Layout>,
+    /// The layouts no slot of which is read, which keep their first slot all the same: what
+    /// is stored there is never read (and may be a value whose load is dropped).
+    unread: HashSet<Layout>,
 }
 
 impl Kept {
@@ -639,6 +652,7 @@ impl Kept {
                 };
                 if !k.is_empty() && !k.contains(&true) {
                     k[0] = true;
+                    self.unread.insert(l.clone());
                 }
                 self.keep.insert(l.clone(), k);
                 for t in l.iter() {
@@ -654,6 +668,11 @@ impl Kept {
             }
             _ => {}
         }
+    }
+
+    /// Whether an array operand of the old types has a layout no slot of which is read.
+    fn unread_layout(&self, old: &[Ty], array: &Operand) -> bool {
+        matches!(array, Operand::Var(v) if matches!(&old[v.0 as usize], Ty::Array(l) if self.unread.contains(l)))
     }
 
     /// For an array operand of the old types, each old slot's new number (`None`: dropped).
