@@ -1088,7 +1088,7 @@ impl Analysis<'_> {
 }
 
 /// A part of an `Av::Sum` that is there (not the lazy zero).
-pub fn sum_part(v: &Av) -> &Av {
+fn sum_part(v: &Av) -> &Av {
     match v {
         Av::OrZero(_, x) => x,
         _ => v,

@@ -240,7 +240,7 @@ impl Lowerer<'_, '_> {
     /// the one-hot added into it (the analysis's `force`).
     pub(crate) fn force_sum(&mut self, v: &Val) -> R<Val> {
         let to = self.an.force_av(&v.av).map_err(flow_error)?;
-        self.sum_cases(v, &to.clone(), &mut |s, o, d| match (o, d) {
+        self.sum_cases(v, &to, &mut |s, o, d| match (o, d) {
             (Some(o), None) => s.materialize_onehot(o, false),
             (Some(o), Some(d)) => s.accumulate_in_place(d, o, &to, false),
             (None, Some(d)) => Ok(d.clone()),
@@ -252,7 +252,7 @@ impl Lowerer<'_, '_> {
     /// there.
     pub(crate) fn box_sum(&mut self, v: &Val) -> R<Operand> {
         let to = v.av.boxed(&mut vlad_flow::domain::Boxes::default());
-        let r = self.sum_cases(v, &to.clone(), &mut |s, o, d| {
+        let r = self.sum_cases(v, &to, &mut |s, o, d| {
             let leaves = vec![match (o, d) {
                 (Some(o), None) => s.box_onehot(o)?,
                 (None, Some(d)) => s.boxed_val(d)?,

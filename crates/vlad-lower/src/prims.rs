@@ -736,24 +736,22 @@ impl Lowerer<'_, '_> {
         if let Av::OrZero(..) = b.av {
             return self.plus_or_zero(b, a, true);
         }
-        Ok(match (&a.av, &b.av) {
-            // A one-hot and a dense array sensitivity: the two; a sum and a dense array: the
-            // dense parts added, the one-hot kept (the analysis's `Av::Sum`, where the two are
-            // of one array).
-            (Av::OneHot(..) | Av::Sum(..), Av::Array(..))
-            | (Av::Array(..), Av::OneHot(..) | Av::Sum(..))
-                if matches!(
-                    self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?,
-                    Av::Sum(..)
-                ) =>
-            {
-                let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
-                if matches!(a.av, Av::Sum(..)) || matches!(b.av, Av::Sum(..)) {
-                    self.plus_sum_dense(a, b, &image)?
+        // A one-hot and a dense array sensitivity: the two; a sum and a dense array: the dense
+        // parts added, the one-hot kept (the analysis's `Av::Sum`, where the two are of one
+        // array; boxed below where they are not).
+        if let (Av::OneHot(..) | Av::Sum(..), Av::Array(..))
+        | (Av::Array(..), Av::OneHot(..) | Av::Sum(..)) = (&a.av, &b.av)
+        {
+            let image = self.prim_result(Prim::Plus, &Av::pair(a.av.clone(), b.av.clone()))?;
+            if matches!(image, Av::Sum(..)) {
+                return if matches!(a.av, Av::Sum(..)) || matches!(b.av, Av::Sum(..)) {
+                    self.plus_sum_dense(a, b, &image)
                 } else {
-                    self.make_sum(a, b, &image)?
-                }
+                    self.make_sum(a, b, &image)
+                };
             }
+        }
+        Ok(match (&a.av, &b.av) {
             // A one-hot or a sum and another array sensitivity: boxed, a lazy sum (the
             // analysis's).
             (Av::Dyn(_), _)
