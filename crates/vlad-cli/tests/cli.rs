@@ -606,6 +606,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("forward-grad-lse", "5\n"),
     ("softmax", "5\n"),
     ("reverse-data", "4\n"),
+    ("reverse-nested-arrays", "4\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the
@@ -623,6 +624,20 @@ fn flow_and_ir_snapshots() {
             insta::assert_snapshot!(format!("{name}-{emit}"), o.stdout);
         }
     }
+}
+
+/// A reverse sweep's state that holds the sensitivities of closures inside closures and, at
+/// their leaves, those of a matrix's rows stays unboxed: with data bounded at ten levels, the
+/// rows' sensitivities were `dyn` (every element a boxed object, the collector copying them
+/// at each step of the loop).
+#[test]
+fn sensitivities_deep_in_a_sweeps_state_are_not_boxed() {
+    let root = repo_root();
+    let file = "tests/fixtures/flow/reverse-nested-arrays.vlad";
+    let o = vlad(&["compile", file, "--emit", "flow"], &root, "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    let boxed: Vec<&str> = o.stdout.lines().filter(|l| l.contains("dyn")).collect();
+    assert!(boxed.is_empty(), "boxed values:\n{}", boxed.join("\n"));
 }
 
 /// The same programs run through the specialised program print what the evaluator prints.

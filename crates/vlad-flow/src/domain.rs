@@ -118,8 +118,13 @@ pub fn join_len(a: Len, b: Len) -> Len {
 }
 
 /// Data (pairs, arrays) nested deeper than this is boxed (`Dyn`): it bounds the lattice, so the
-/// analysis terminates on programs that build structures of unbounded size.
-pub const MAX_DEPTH: usize = 10;
+/// analysis terminates on programs that build structures of unbounded size. Sensitivities count
+/// here too, and the sensitivity of a closure is a list of its environment's sensitivities, so
+/// the closures inside closures that nest freely in a primal make data as deep as their nesting;
+/// a loop's state in reverse mode holds such a list and the arrays at its leaves (a matrix of
+/// matrices under a loop over points, the optimisers' closures in saddle-RR). At 10 those leaves
+/// were boxed (docs/flow.md, "Termination without `(real ...)`").
+pub const MAX_DEPTH: usize = 16;
 
 /// A closure inside this many closures of its own code is boxed (`Av::bounded`).
 pub const MAX_REPEAT: usize = 8;
