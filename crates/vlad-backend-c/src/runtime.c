@@ -635,6 +635,15 @@ static void vl_count_fail(int site, const char *op, const char *what, double r, 
   else { vl_put(&m, " must be a non-negative integer, got "); vl_describe(&m, v); }
   vl_fail_at(site, m.p);
 }
+/* A count that is a boxed value: its innermost primal (through bundles and tagged values, as
+   the evaluator's scalar_primal), checked, the errors describing the value whole. */
+static double vl_boxed_count(int site, const char *op, const char *what, V v) {
+  V x = v;
+  while (x->kind == VL_BUNDLE || x->kind == VL_TAGGED) x = x->s[0].v;
+  double r = x->kind == VL_REAL ? x->s[0].d : NAN;
+  if (!vl_count_ok(r)) vl_count_fail(site, op, what, r, v);
+  return r;
+}
 static void vl_index_fail(int site, double r, long n) {
   char num[64], m[200];
   vl_format_real(r, num);

@@ -1140,6 +1140,35 @@ fn a_copy_into_an_array_no_one_reads_compiles() {
     assert_eq!(out.trim(), "2");
 }
 
+/// Reverse over reverse through a list loop of `build`s whose elements are reverse
+/// derivatives: the analysis joins the count of an inner loop's tape with values of other
+/// tags, so the count is boxed, and the lowering declined it (the program ran in the
+/// evaluator). Found by `VLAD_RANDOM_SEED=18`.
+#[test]
+fn a_loop_whose_count_is_boxed_compiles() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "count.vlad",
+        "(include \"ad\")\n\
+         ((derivative-R (lambda (x1) ((derivative-R (lambda (x2)\n\
+           (let loop3 ((k4 (real 4)) (l5 '()))\n\
+             (if (< k4 1)\n\
+                 (let sum6 ((m7 l5) (s8 0))\n\
+                   (if (null? m7) s8 (sum6 (cdr m7) (+ (* 0.5 s8) (get (car m7) (real 1))))))\n\
+                 (loop3 (- k4 1)\n\
+                        (cons (build 2 (lambda (j9) ((derivative-R (lambda (x11)\n\
+                                (let ((p10 (cons (< x11 (real 0.5)) x11)))\n\
+                                  (if (car p10) (* (cdr p10) x11) (+ (cdr p10) (real 1.5))))))\n\
+                              x1)))\n\
+                              l5)))))) 0.5))) 0.3)\n",
+    );
+    let out = compiled_prints_what_the_evaluator_prints(&root, cache.path(), &file, "");
+    assert_eq!(out.trim(), "0");
+}
+
 /// A loop whose step reads an array once and loops over it (k-means' shape: the nearest centre
 /// from the first one and a fold over all) gives the array a one-hot plus a dense sensitivity
 /// per step, which the sweep adds into its accumulator part by part: the arena holds the tape,
@@ -1765,6 +1794,25 @@ fn compiled_errors_match_the_evaluator() {
         (
             "bool-sensitivity.vlad",
             "(plus (sensitize (< (real 1) 2)) (sensitize (< 2 (real 1))))\n",
+        ),
+        // Counts and lengths the analysis boxed (a real or a pair, chosen at run time): a real
+        // one runs its loop; a pair, a fraction or a count too large is the evaluator's error.
+        (
+            "boxed-count.vlad",
+            "(define (pick k) (if (< k 1) (cons k k) k))\n\
+             (ifold (lambda (a i) (+ a i)) 0 (pick (real 3)))\n\
+             (build (pick (real 2)) (lambda (i) (* i i)))\n\
+             (ifold (lambda (a i) a) 0 (pick (real 0)))\n",
+        ),
+        (
+            "boxed-count-fraction.vlad",
+            "(define (pick k) (if (< k 1) (cons k k) k))\n\
+             (build (pick (real 2.5)) (lambda (i) i))\n",
+        ),
+        (
+            "boxed-count-large.vlad",
+            "(define (pick k) (if (< k 1) (cons k k) k))\n\
+             (ifold (lambda (a i) a) 0 (pick (real 1e300)))\n",
         ),
         // ... and of primitives and known booleans (issue 23: internal errors, no position).
         ("prim-plus.vlad", "(plus sin cos)\n"),

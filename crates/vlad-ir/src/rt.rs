@@ -135,6 +135,9 @@ runtime! {
     CheckCount => "vl_check_count", [I64, Str, Str, F64], None, CHECK;
     CountOk => "vl_count_ok", [F64], Bool, PURE;
     CountFail => "vl_count_fail", [I64, Str, Str, F64, Ptr], None, FAIL;
+    /// The count of `build` or `ifold` (`op`, `what`) that is a boxed value: its innermost
+    /// primal, checked as `CheckCount` checks a real (the evaluator's errors, the value whole).
+    BoxedCount => "vl_boxed_count", [I64, Str, Str, Ptr], F64, CHECK;
     /// An index checked against a length.
     Index => "vl_index", [I64, F64, I64], I64, CHECK;
     /// An integer index checked against a length (the same errors as `Index`).

@@ -191,6 +191,27 @@ impl Lowerer<'_, '_> {
         }
     }
 
+    /// The count of `build` or `ifold` (`op`, `what`) as a real operand, checked as the
+    /// evaluator checks it: a real, or a boxed value whose innermost primal is one (a loop of
+    /// reverse mode inside another, whose count the analysis joined with values of other
+    /// tags); `None` for anything else.
+    fn checked_count(&mut self, n: &Val, site: i64, op: &str, what: &str) -> Option<Operand> {
+        let args = |x: Operand| {
+            vec![
+                Operand::I64(site),
+                Operand::Str(op.into()),
+                Operand::Str(what.into()),
+                x,
+            ]
+        };
+        if let Av::Dyn(_) = n.av {
+            return Some(self.rt(Ty::F64, Rt::BoxedCount, args(n.leaves[0].clone())));
+        }
+        let nx = Self::real_expr(n)?;
+        self.rt_effect(Rt::CheckCount, args(nx.clone()));
+        Some(nx)
+    }
+
     /// The element value of an untagged array value.
     fn untagged_elem(av: &Av) -> Option<&Av> {
         match av {
@@ -344,19 +365,12 @@ impl Lowerer<'_, '_> {
         let Some((n, f)) = self.two(&a, site)? else {
             return self.unsupported("`build` of an argument that is not a pair");
         };
-        let (Some(nx), Some(e)) = (Self::real_expr(&n), Self::untagged_elem(out)) else {
+        let Some(e) = Self::untagged_elem(out).cloned() else {
             return self.unsupported("`build` whose length is not a real");
         };
-        self.rt_effect(
-            Rt::CheckCount,
-            vec![
-                Operand::I64(site),
-                Operand::Str("build".into()),
-                Operand::Str("length".into()),
-                nx.clone(),
-            ],
-        );
-        let e = e.clone();
+        let Some(nx) = self.checked_count(&n, site, "build", "length") else {
+            return self.unsupported("`build` whose length is not a real");
+        };
         self.build_loop(t, &nx, f, Av::real(), &e, out, site)
     }
 
@@ -480,18 +494,9 @@ impl Lowerer<'_, '_> {
         let Some((init, n)) = self.two(&rest, site)? else {
             return self.unsupported(format!("`{name}` of an argument that is not a list"));
         };
-        let Some(nx) = Self::real_expr(&n) else {
+        let Some(nx) = self.checked_count(&n, site, "ifold", "count") else {
             return self.unsupported(format!("`{name}` whose count is not a real"));
         };
-        self.rt_effect(
-            Rt::CheckCount,
-            vec![
-                Operand::I64(site),
-                Operand::Str("ifold".into()),
-                Operand::Str("count".into()),
-                nx.clone(),
-            ],
-        );
         Ok((f, init, nx))
     }
 
