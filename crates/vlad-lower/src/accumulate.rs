@@ -190,11 +190,8 @@ impl Lowerer<'_, '_> {
     /// the array, in the operands' order, beside the one-hot; the one-hot's length checked
     /// against the array's where it is there (the dense part's is checked by its `plus`).
     pub(crate) fn plus_sum_dense(&mut self, a: &Val, b: &Val, image: &Av) -> R<Vec<Operand>> {
-        let (sum, e) = if matches!(a.av, Av::Sum(..)) {
-            (a, b)
-        } else {
-            (b, a)
-        };
+        let sum_first = matches!(a.av, Av::Sum(..));
+        let (sum, e) = if sum_first { (a, b) } else { (b, a) };
         let Av::Sum(o, d) = &sum.av else {
             return self.unsupported("internal: the parts of a value that is not a sum");
         };
@@ -204,7 +201,7 @@ impl Lowerer<'_, '_> {
             let of = s.onehot_parts(&onehot)?.0.leaves[0].clone();
             let n = s.let1(Ty::I64, Op::Length(of));
             let m = s.let1(Ty::I64, Op::Length(e.leaves[0].clone()));
-            if std::ptr::eq(sum, a) {
+            if sum_first {
                 s.lengths_agree("plus", &n, &m);
             } else {
                 s.lengths_agree("plus", &m, &n);
@@ -223,7 +220,7 @@ impl Lowerer<'_, '_> {
                 els: check,
             }),
         }
-        let (x, y) = if std::ptr::eq(sum, a) {
+        let (x, y) = if sum_first {
             (&parts[1], e)
         } else {
             (e, &parts[1])
