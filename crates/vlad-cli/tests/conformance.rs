@@ -165,11 +165,13 @@ fn examples_directory() {
 /// The specialised program (flow analysis, specialisation, and its executor) must print what
 /// the evaluator prints: the same assertions, whose expected values the evaluator meets (the
 /// tests above), must hold through `vlad check --engine ir`. Every file of tests/ and
-/// examples/ but the four particle programs, which pass too but take minutes in the executor
-/// (docs/flow.md; the native test runs them), and tests/array/property.vlad, whose nested
-/// derivatives of random array programs pass too but take minutes in the analysis (the
-/// random programs of crates/vlad/tests/differential.rs run through the specialised program
-/// instead).
+/// examples/ but these, which pass too but take minutes there:
+/// - the four particle and four saddle programs, in the executor: tests/native.rs compiles the
+///   same specialised programs and compares what they print with the evaluator, and
+///   tests/ad/forward.vlad and reverse.vlad take lib/ad.vlad's optimisers through the executor
+///   here, nested in forward mode;
+/// - tests/array/property.vlad, in the analysis: the random programs of
+///   crates/vlad/tests/differential.rs run through the specialised program instead.
 #[test]
 fn specialised_program_agrees_with_the_evaluator() {
     let root = repo_root();
@@ -206,10 +208,6 @@ const SPECIALISED: &[&str] = &[
     "examples/lists.vlad",
     "examples/log-sum-exp.vlad",
     "examples/nnmf.vlad",
-    "examples/saddle-FF.vlad",
-    "examples/saddle-FR.vlad",
-    "examples/saddle-RF.vlad",
-    "examples/saddle-RR.vlad",
     "examples/secant.vlad",
     "examples/streams.vlad",
     "examples/tour.vlad",

@@ -217,7 +217,17 @@ fn same_output(a: &str, b: &str) -> bool {
 fn compare(root: &Path, rel: &str) -> Result<bool, String> {
     let cache = tempfile::tempdir().expect("a cache directory");
     let cache = cache.path();
-    let native = vlad(root, cache, &["run", rel]);
+    // The examples' C is compiled as a user's is (`-O3`); the test programs' at `-O1`, as the
+    // run in the machines below compiles it, which then reuses the executable (its settings
+    // are read at run time): one compile of each test program where there were two, the
+    // costlier at `-O3` (benches/README.md, "CI time"). The benchmarks and the memory tests
+    // run `-O3` code.
+    let cc: &[(&str, &str)] = if rel.starts_with("examples/") {
+        &[]
+    } else {
+        &[QUICK_CC]
+    };
+    let native = vlad_env(root, cache, cc, &["run", rel]);
     let eval = if CHECKED_WITH_NATIVE.contains(&rel) {
         let mut eval = vlad(root, cache, &["check", "--print", rel]);
         // The last line is the summary of the assertions, which must all hold.
