@@ -1411,6 +1411,9 @@ static V vl_list_to_array_rev(V l, int flat) {
 enum { VL_ACC_MARK = 2 };
 static inline V vl_acc_mark(V a) { a->zero = VL_ACC_MARK; return a; }
 static inline long vl_acc_owned(V a) { return a->kind == VL_FLAT && a->zero == VL_ACC_MARK; }
+/* `%lazy-zero?` of a boxed value: a lazy zero is flagged `zero` (a flat array's flag is the mark
+   above instead). */
+static inline long vl_is_lazy_zero(V v) { return v->kind != VL_FLAT && v->zero; }
 /* `%dense`: an array sensitivity computed (the sweep of the reverse `build` reads it an element
    at a time); anything but an array is the evaluator's error. */
 static V vl_dense_array(int site, V a) {

@@ -92,6 +92,9 @@ prims! {
     // `plus`, for the accumulators of the sweeps of the reverse `build` and `ifold`: compiled
     // code adds into the accumulator's arrays in place (crates/vlad-lower/src/accumulate.rs).
     Accumulate => "%accumulate",
+    // Whether a sensitivity is a lazy zero (`%zero-sensitivity`, the evaluator's
+    // `Value::Zero`): the sweeps of the reverse `build` and `ifold` skip their loop on one.
+    IsLazyZero => "%lazy-zero?",
 }
 
 impl Prim {
@@ -134,6 +137,7 @@ impl Prim {
                 | Prim::IfoldTape
                 | Prim::Dense
                 | Prim::Accumulate
+                | Prim::IsLazyZero
         )
     }
 

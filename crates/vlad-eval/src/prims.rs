@@ -91,6 +91,10 @@ impl Evaluator {
         if let Some(v) = self.apply_array_prim(p, &arg, span)? {
             return Ok(Outcome::Value(v));
         }
+        // A lazy zero is what this one asks about: seen before it would be computed below.
+        if p == Prim::IsLazyZero {
+            return Ok(Outcome::Value(Value::Bool(matches!(arg, Value::Zero(_)))));
+        }
         // Lazy zero sensitivities are computed before a primitive inspects its argument (the AD
         // operators handle them themselves).
         // (Only the top two levels are looked at: that is where a primitive's operands are;

@@ -1014,6 +1014,13 @@ impl Analysis<'_> {
             Prim::SZero => self.szero(a)?,
             Prim::ShallowPrimal => self.shallow_primal(a)?,
             Prim::BuildLength | Prim::IfoldCount => a.clone(),
+            // Asked of the value as it is: a lazy zero is not computed first.
+            Prim::IsLazyZero => match a {
+                Av::Bottom => Av::Bottom,
+                Av::Zero(_) => Av::Bool(Some(true)),
+                Av::OrZero(..) | Av::Dyn(_) => Av::Bool(None),
+                _ => Av::Bool(Some(false)),
+            },
             // One level of a lazy zero computed, as the evaluator's (an array's); a boxed lazy
             // sensitivity stays boxed.
             Prim::Dense => match self.force(a)? {

@@ -118,6 +118,8 @@ runtime! {
     Truthy => "vl_truthy", [Ptr], Bool, PURE;
     DenseArray => "vl_dense_array", [I64, Ptr], Boxed, ALLOC_CHECK;
     AccOwned => "vl_acc_owned", [Ptr], Bool, PURE;
+    /// Whether a boxed value is a lazy zero (`%lazy-zero?`).
+    IsLazyZero => "vl_is_lazy_zero", [Ptr], Bool, PURE;
     AccMark => "vl_acc_mark", [Ptr], Ptr, PURE;
     /// The real in a boxed value, checked (the evaluator's error naming the primitive).
     ToReal => "vl_to_real", [Ptr, I64, Str], F64, CHECK;

@@ -291,6 +291,19 @@ impl Lowerer<'_, '_> {
             };
             return self.coerce(Val { av: image, leaves }, out);
         }
+        if p == Prim::IsLazyZero {
+            // Unknown (the layout is not empty): the flag of the alternatives, or the boxed
+            // value's.
+            let flag = match &a.av {
+                Av::OrZero(..) => self.or_zero_parts(&a)?.0,
+                Av::Dyn(_) => self.rt(Ty::Bool, Rt::IsLazyZero, vec![a.leaves[0].clone()]),
+                _ => return self.unsupported("internal: `%lazy-zero?` of a known value"),
+            };
+            return Ok(Val {
+                av: Av::Bool(None),
+                leaves: vec![flag],
+            });
+        }
         let a = self.force(a)?;
         // `plus` and `zero` of boxed closures keep their codes (the runtime maps their
         // environments slot by slot); the other operators would change codes.
