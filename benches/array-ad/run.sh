@@ -177,11 +177,14 @@ kmeans|300 16 8|n = 300, k = 16, d = 8|k16-d8 300|1|-|
 kmeans|300 16 8|n = 300, k = 16, d = 8|k16-d8 300|3|21h|1
 kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|1|22p|
 kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|2|21g|
+kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|4|21g|
 kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|3|21h|1
 kmeans|10000 16 8|n = 10000, k = 16, d = 8|k16-d8 10000|1|22p|
 kmeans|10000 16 8|n = 10000, k = 16, d = 8|k16-d8 10000|2|21g|
+kmeans|10000 16 8|n = 10000, k = 16, d = 8|k16-d8 10000|4|21g|
 kmeans|10000 100 20|n = 10000, k = 100, d = 20||1|22p|
 kmeans|10000 100 20|n = 10000, k = 100, d = 20||2|21g|
+kmeans|10000 100 20|n = 10000, k = 100, d = 20||4|21g|
 gmm|2 5 1000|d = 2, k = 5, n = 1000||1|22p|
 gmm|2 5 1000|d = 2, k = 5, n = 1000||2|21g|
 gmm|10 25 1000|d = 10, k = 25, n = 1000||1|22p|
@@ -251,6 +254,7 @@ kmeans|100 16 8|n = 100, k = 16, d = 8|k16-d8 100|1|-|
 kmeans|100 16 8|n = 100, k = 16, d = 8|k16-d8 100|3|21h|1
 kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|1|22p|
 kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|2|21g|
+kmeans|1000 16 8|n = 1000, k = 16, d = 8|k16-d8 1000|4|21g|
 gmm|2 5 1000|d = 2, k = 5, n = 1000||1|22p|
 gmm|2 5 1000|d = 2, k = 5, n = 1000||2|21g|
 ba|10 100|p = 1000 (10 cameras x 100 points)|cams10 1000|1|22p|
@@ -279,6 +283,7 @@ mode_name() { # problem mode
   logreg:4) echo "gradient descent, per step" ;;
   logreg:5) echo "Hessian, forward over reverse" ;;
   kmeans:3) echo "gradient and H 1, forward over reverse" ;;
+  kmeans:4) echo "gradient, reverse, points checkpointed" ;;
   ba:2) echo "Jacobian, reverse (jacob-R)" ;;
   ba:3) echo "Jacobian, forward (jacob)" ;;
   *) echo "mode $2" ;;

@@ -70,7 +70,7 @@ compare() {
 echo "(b) vlad native code against C"
 for c in "lse:10000:1 2 3 5" "lse:300:4" "micro:1 1000:1 2 3 4 5" "micro:2 1000:1 2 3 4 5" \
          "micro:3 300:1 2 3 4 5" "micro:4 300:1 2 3 4 5" "llsq:1000 100:1 2 3" "logreg:1000 5:1 2 3 4" "logreg:200 5:5" \
-         "kmeans:1000 16 8:1 2" "kmeans:100 16 8:3" "gmm:5 10 200:1 2" "ba:5 50:1 2 3" \
+         "kmeans:1000 16 8:1 2 4" "kmeans:100 16 8:3" "gmm:5 10 200:1 2" "ba:5 50:1 2 3" \
          "nnmf:1 100 120:1 2 3" "nnmf:2 100 120:1 2 3"; do
   IFS=: read -r p args modes <<<"$c"
   chosen "$p" || continue
@@ -81,7 +81,7 @@ done
 
 echo "(c) vlad native code against the evaluator"
 for c in "lse:20:1 2 3 4 5" "micro:1 7:1 2 3 4 5" "micro:2 7:1 2 3 4 5" "micro:3 7:1 2 3 4 5" \
-         "micro:4 7:1 2 3 4 5" "llsq:12 4:1 2 3" "logreg:15 3:1 2 3 4 5" "kmeans:12 3 2:1 2 3" \
+         "micro:4 7:1 2 3 4 5" "llsq:12 4:1 2 3" "logreg:15 3:1 2 3 4 5" "kmeans:12 3 2:1 2 3 4" \
          "gmm:3 4 10:1 2" "ba:2 3:1 2 3" "nnmf:1 3 4:1 2 3" "nnmf:2 3 4:1 2 3"; do
   IFS=: read -r p args modes <<<"$c"
   chosen "$p" || continue

@@ -82,7 +82,7 @@ int main(void) {
       for (long c = 0; c < d; c++) cs[j * d + c] = cos((double)(d * j) + (double)c + (double)r);
     if (mode == 1) {
       out[1] += cost(ps, cs, n, k, d);
-    } else if (mode == 2) {
+    } else if (mode == 2 || mode == 4) {
       grad(ps, cs, n, k, d, g, 0);
       out[1] += msum(g, k, d);
       out[2] += g[k * d - 1];

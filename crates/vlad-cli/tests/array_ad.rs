@@ -155,7 +155,7 @@ fn logreg() {
 
 #[test]
 fn kmeans() {
-    check("kmeans", &["40 5 3"], "12 3 2", &[1, 2, 3]);
+    check("kmeans", &["40 5 3"], "12 3 2", &[1, 2, 3, 4]);
 }
 
 #[test]
