@@ -1179,6 +1179,20 @@ fn a_loop_whose_count_is_boxed_compiles() {
     assert_eq!(out.trim(), "0");
 }
 
+/// A random program (`VLAD_RANDOM_SEED=26`, reduced to the forms it needs) whose analysis
+/// joins a lazy zero with a reverse real in `derivative-R`'s backpropagator, where a real is
+/// added to it: the alternative that is not the lazy zero cannot be added (and never is at run
+/// time). The lowering declined the program (`plus` of unexpected values); it now compiles
+/// that alternative's addition to the evaluator's error.
+#[test]
+fn a_plus_that_fails_in_one_alternative_compiles() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let file = root.join("tests/fixtures/native/plus-of-a-lazy-zero-alternative.vlad");
+    let file = file.to_str().expect("a UTF-8 path");
+    compiled_prints_what_the_evaluator_prints(&root, cache.path(), file, &"1 ".repeat(20));
+}
+
 /// A loop whose step reads an array once and loops over it (k-means' shape: the nearest centre
 /// from the first one and a fold over all) gives the array a one-hot plus a dense sensitivity
 /// per step, which the sweep adds into its accumulator part by part: the arena holds the tape,

@@ -403,23 +403,7 @@ impl Lowerer<'_, '_> {
                     // The failure is inside the environments (or only known at run time).
                     return self.unsupported(format!("`{}` applied where it fails", p.name()));
                 }
-                let bx = self.boxed_for_display(&x)?;
-                let by = self.boxed_for_display(&y)?;
-                if [&x.av, &y.av].iter().any(|v| matches!(v, Av::Closure(..))) {
-                    // A closure against a value of another shape (another code, a
-                    // non-procedure): the evaluator's shape error, whose description of
-                    // a procedure does not show its environment.
-                    self.rt_effect(Rt::ShapeFail, vec![Operand::Str(p.name().into()), bx, by]);
-                    return Ok(Val::known(Av::Bottom));
-                }
-                let rt = if p != Prim::Bundle {
-                    Rt::AdPlus
-                } else {
-                    Rt::AdBundle
-                };
-                self.rt_effect(rt, vec![bx, by]);
-                self.fail_internal("an AD operator did not fail as the analysis predicted");
-                return Ok(Val::known(Av::Bottom));
+                return self.shape_failure(p, &x, &y);
             }
             // Pushing a tag fails only past the nesting limit (a closure's transformed
             // code included).
@@ -733,6 +717,28 @@ impl Lowerer<'_, '_> {
         Ok(())
     }
 
+    /// `plus`, `bundle` or `%accumulate` of two values of shapes it does not combine (neither
+    /// a closure of the same code as the other, nor boxed): the evaluator's error.
+    fn shape_failure(&mut self, p: Prim, x: &Val, y: &Val) -> R<Val> {
+        let bx = self.boxed_for_display(x)?;
+        let by = self.boxed_for_display(y)?;
+        if [&x.av, &y.av].iter().any(|v| matches!(v, Av::Closure(..))) {
+            // A closure against a value of another shape (another code, a non-procedure): the
+            // evaluator's shape error, whose description of a procedure does not show its
+            // environment.
+            self.rt_effect(Rt::ShapeFail, vec![Operand::Str(p.name().into()), bx, by]);
+            return Ok(Val::known(Av::Bottom));
+        }
+        let rt = if p != Prim::Bundle {
+            Rt::AdPlus
+        } else {
+            Rt::AdBundle
+        };
+        self.rt_effect(rt, vec![bx, by]);
+        self.fail_internal("an AD operator did not fail as the analysis predicted");
+        Ok(Val::known(Av::Bottom))
+    }
+
     /// The leaves of `(plus a b)`.
     pub(crate) fn plus(&mut self, a: &Val, b: &Val) -> R<Vec<Operand>> {
         if let Av::Zero(_) = a.av {
@@ -827,6 +833,18 @@ impl Lowerer<'_, '_> {
                 return Ok(y.clone());
             }
             let av = image(s, &x.av, &y.av)?;
+            if av == Av::Bottom {
+                // The value that is not a lazy zero does not add to the other (the analysis
+                // joined shapes that never meet at run time, or the program fails here): the
+                // evaluator's error.
+                let (a, b) = if swapped { (y, &x) } else { (&x, y) };
+                let (a, b) = (s.force(a.clone())?, s.force(b.clone())?);
+                let same_code = matches!((&a.av, &b.av),
+                    (Av::Closure(c, _), Av::Closure(d, _)) if c == d);
+                if !same_code && ![&a.av, &b.av].iter().any(|v| matches!(v, Av::Dyn(_))) {
+                    return s.shape_failure(Prim::Plus, &a, &b);
+                }
+            }
             let leaves = if swapped {
                 s.plus(y, &x)?
             } else {
