@@ -396,14 +396,10 @@ impl Lowerer<'_, '_> {
                 let Some((x, y)) = self.two_raw(&a, -1)? else {
                     return self.unsupported(format!("`{}` applied where it fails", p.name()));
                 };
-                let (x, y) = (self.force(x)?, self.force(y)?);
-                let same_code = matches!((&x.av, &y.av),
-                    (Av::Closure(c, _), Av::Closure(d, _)) if c == d);
-                if same_code || [&x.av, &y.av].iter().any(|v| matches!(v, Av::Dyn(_))) {
-                    // The failure is inside the environments (or only known at run time).
-                    return self.unsupported(format!("`{}` applied where it fails", p.name()));
-                }
-                return self.shape_failure(p, &x, &y);
+                return match self.shape_failure(p, x, y)? {
+                    Some(failed) => Ok(failed),
+                    None => self.unsupported(format!("`{}` applied where it fails", p.name())),
+                };
             }
             // Pushing a tag fails only past the nesting limit (a closure's transformed
             // code included).
@@ -717,17 +713,24 @@ impl Lowerer<'_, '_> {
         Ok(())
     }
 
-    /// `plus`, `bundle` or `%accumulate` of two values of shapes it does not combine (neither
-    /// a closure of the same code as the other, nor boxed): the evaluator's error.
-    fn shape_failure(&mut self, p: Prim, x: &Val, y: &Val) -> R<Val> {
-        let bx = self.boxed_for_display(x)?;
-        let by = self.boxed_for_display(y)?;
+    /// `plus`, `bundle` or `%accumulate` of two values of shapes it does not combine: the
+    /// evaluator's error, or `None` where the failure is inside the environments of closures of
+    /// one code, or only known at run time (a boxed operand).
+    fn shape_failure(&mut self, p: Prim, x: Val, y: Val) -> R<Option<Val>> {
+        let (x, y) = (self.force(x)?, self.force(y)?);
+        let same_code = matches!((&x.av, &y.av),
+            (Av::Closure(c, _), Av::Closure(d, _)) if c == d);
+        if same_code || [&x.av, &y.av].iter().any(|v| matches!(v, Av::Dyn(_))) {
+            return Ok(None);
+        }
+        let bx = self.boxed_for_display(&x)?;
+        let by = self.boxed_for_display(&y)?;
         if [&x.av, &y.av].iter().any(|v| matches!(v, Av::Closure(..))) {
             // A closure against a value of another shape (another code, a non-procedure): the
             // evaluator's shape error, whose description of a procedure does not show its
             // environment.
             self.rt_effect(Rt::ShapeFail, vec![Operand::Str(p.name().into()), bx, by]);
-            return Ok(Val::known(Av::Bottom));
+            return Ok(Some(Val::known(Av::Bottom)));
         }
         let rt = if p != Prim::Bundle {
             Rt::AdPlus
@@ -736,7 +739,7 @@ impl Lowerer<'_, '_> {
         };
         self.rt_effect(rt, vec![bx, by]);
         self.fail_internal("an AD operator did not fail as the analysis predicted");
-        Ok(Val::known(Av::Bottom))
+        Ok(Some(Val::known(Av::Bottom)))
     }
 
     /// The leaves of `(plus a b)`.
@@ -838,11 +841,8 @@ impl Lowerer<'_, '_> {
                 // joined shapes that never meet at run time, or the program fails here): the
                 // evaluator's error.
                 let (a, b) = if swapped { (y, &x) } else { (&x, y) };
-                let (a, b) = (s.force(a.clone())?, s.force(b.clone())?);
-                let same_code = matches!((&a.av, &b.av),
-                    (Av::Closure(c, _), Av::Closure(d, _)) if c == d);
-                if !same_code && ![&a.av, &b.av].iter().any(|v| matches!(v, Av::Dyn(_))) {
-                    return s.shape_failure(Prim::Plus, &a, &b);
+                if let Some(failed) = s.shape_failure(Prim::Plus, a.clone(), b.clone())? {
+                    return Ok(failed);
                 }
             }
             let leaves = if swapped {
