@@ -607,6 +607,7 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
     ("softmax", "5\n"),
     ("reverse-data", "4\n"),
     ("reverse-nested-arrays", "4\n"),
+    ("rules", "5\n3\n2\n"),
 ];
 
 /// `vlad compile --emit flow` and `--emit ir` on small programs: the analysis terminates (the

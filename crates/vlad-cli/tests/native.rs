@@ -1193,6 +1193,26 @@ fn a_plus_that_fails_in_one_alternative_compiles() {
     compiled_prints_what_the_evaluator_prints(&root, cache.path(), file, &"1 ".repeat(20));
 }
 
+/// Paper 002's rules that the IR applies exactly (tests/fixtures/flow/rules.vlad): the
+/// one-hot folds as written run their step at k alone, which must give what the loop gives
+/// where k is an index below n, not an integer, negative, n itself or -0, and where n is 0;
+/// the other rules on the same values (x = -0 among them). No loop is left but the `build`.
+#[test]
+fn paper_002s_exact_rules_print_what_the_evaluator_prints() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let file = "tests/fixtures/flow/rules.vlad";
+    for input in [
+        "5 3 2", "5 0 2", "5 4 16", "5 2.5 2", "5 -1 2", "5 5 2", "5 -0 -0", "0 0 1", "5 1 -4",
+    ] {
+        compiled_prints_what_the_evaluator_prints(&root, cache.path(), file, input);
+    }
+    let ir = vlad(&root, cache.path(), &["compile", file, "--emit", "ir"]);
+    let ir = String::from_utf8_lossy(&ir.stdout);
+    let main = &ir[..ir.find("\n}\n").expect("the first function")];
+    assert_eq!(main.matches("for ").count(), 1, "{main}");
+}
+
 /// A loop whose step reads an array once and loops over it (k-means' shape: the nearest centre
 /// from the first one and a fold over all) gives the array a one-hot plus a dense sensitivity
 /// per step, which the sweep adds into its accumulator part by part: the arena holds the tape,

@@ -2950,3 +2950,246 @@ fn a_call_that_may_not_return_runs_though_no_one_reads_its_result() {
     let text = crate::print::function(&p, FuncId(0));
     assert!(text.contains("call f1("), "{text}");
 }
+
+/// `fn(k: K, n: i64, v: array(f64)) -> f64 { return ifold (fun a i -> if i = k then a + 2 v_i
+/// else a) 0.5 n }`, the index compared as an integer or, converted, as a real (paper 002
+/// Fig. 7e's one-hot fold as written).
+fn selection_fold(real: bool) -> Function {
+    let mut b = Builder::new();
+    let k = b.named_var(if real { Ty::F64 } else { Ty::I64 }, "k".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let v = b.named_var(Ty::Array(layout(&[Ty::F64])), "v".into());
+    let a = b.var(Ty::F64, "a");
+    let i = b.var(Ty::I64, "i");
+    let x = b.var(Ty::F64, "x");
+    b.open();
+    b.push(Stmt::Declare(vec![x]));
+    let c = if real {
+        let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+        b.let1(
+            Ty::Bool,
+            "c",
+            Op::Binary(BinOp::FEq, Operand::Var(r), Operand::Var(k)),
+        )
+    } else {
+        b.let1(
+            Ty::Bool,
+            "c",
+            Op::Binary(BinOp::IEq, Operand::Var(k), Operand::Var(i)),
+        )
+    };
+    let prefix = b.close();
+    b.open();
+    let vi = load(&mut b, Ty::F64, "vi", v, Operand::Var(i));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FMul, Operand::F64(2.0), Operand::Var(vi)),
+    );
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(a), Operand::Var(t)),
+    );
+    b.push(Stmt::Set(x, Operand::Var(s)));
+    let then = b.close();
+    let mut body = prefix;
+    body.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els: vec![Stmt::Set(x, Operand::Var(a))],
+    });
+    b.push(Stmt::Ifold {
+        accs: vec![a],
+        init: vec![Operand::F64(0.5)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(x)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(a)]));
+    b.finish(spec(0), vec![k, n, v], layout(&[Ty::F64]))
+}
+
+#[test]
+fn a_fold_that_does_something_at_one_index_alone_is_its_step_there() {
+    for real in [false, true] {
+        let mut f = selection_fold(real);
+        verify(&program(vec![f.clone()])).unwrap();
+        passes::scalar_optimise(&mut f);
+        let mut p = program(vec![f]);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        // No loop: the step at k, from 0.5, if k is an index below n; 0.5 if not.
+        assert!(!text.contains("ifold"), "{text}");
+        assert_eq!(text.matches("fadd 0.5").count(), 1, "{text}");
+        assert!(text.contains(":= 0.5"), "{text}");
+        // The comparison of the index with k is known inside: no `if` on it is left.
+        assert!(!text.contains("if c"), "{text}");
+        if real {
+            // A real k is an index if it is in [0, n) and converts to an integer and back.
+            assert!(text.contains("= fge k, 0.0"), "{text}");
+            assert!(text.contains("= f64toi64 k"), "{text}");
+            assert!(text.contains("if exact"), "{text}");
+        } else {
+            assert!(text.contains("= ilt k, 0i"), "{text}");
+            assert!(text.contains("= ilt k, n"), "{text}");
+        }
+        passes::loops::run(&mut p);
+        verify(&p).unwrap();
+    }
+}
+
+#[test]
+fn a_fold_that_changes_something_at_other_indices_is_a_loop() {
+    // The second branch adds 1: every index counts.
+    let mut f = selection_fold(false);
+    let Stmt::Ifold { body, .. } = &mut f.body[0] else {
+        panic!("the fold")
+    };
+    let Some(Stmt::If { els, .. }) = body.last_mut() else {
+        panic!("the if")
+    };
+    els[0] = Stmt::Set(Var(5), Operand::F64(1.0));
+    passes::scalar_optimise(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("ifold"), "{text}");
+}
+
+#[test]
+fn a_fold_that_keeps_its_accumulator_or_has_no_steps_is_its_initial_value() {
+    // ifold (fun a i -> a) 3 n, and ifold (fun a i -> a + 1) 3 0.
+    for (count, step) in [(Operand::Var(Var(0)), false), (Operand::I64(0), true)] {
+        let mut b = Builder::new();
+        let n = b.named_var(Ty::I64, "n".into());
+        let a = b.var(Ty::F64, "a");
+        let i = b.var(Ty::I64, "i");
+        b.open();
+        let next = if step {
+            Operand::Var(b.let1(
+                Ty::F64,
+                "t",
+                Op::Binary(BinOp::FAdd, Operand::Var(a), Operand::F64(1.0)),
+            ))
+        } else {
+            Operand::Var(a)
+        };
+        let body = b.close();
+        b.push(Stmt::Ifold {
+            accs: vec![a],
+            init: vec![Operand::F64(3.0)],
+            count,
+            index: i,
+            body,
+            next: vec![next],
+        });
+        b.push(Stmt::Return(vec![Operand::Var(a)]));
+        let mut p = program(vec![b.finish(spec(0), vec![n], layout(&[Ty::F64]))]);
+        verify(&p).unwrap();
+        passes::simplify::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert!(!text.contains("ifold"), "{text}");
+        assert!(text.contains("return 3.0"), "{text}");
+    }
+}
+
+#[test]
+fn a_condition_is_known_in_its_branches_and_same_branches_are_one() {
+    // if c { if c { return x + 1 } else { return x - 1 } } else { if c { return 2 x }
+    // else { y := sqrt x } else { y := sqrt x } ... }: the inner ifs are the branches
+    // taken, and an if whose branches are the same is that code.
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let c = b.named_var(Ty::Bool, "c".into());
+    let y = b.var(Ty::F64, "y");
+    let plus = b.let1(
+        Ty::F64,
+        "p",
+        Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0)),
+    );
+    let minus = b.let1(
+        Ty::F64,
+        "m",
+        Op::Binary(BinOp::FSub, Operand::Var(x), Operand::F64(1.0)),
+    );
+    let inner = |t: Operand, e: Operand| Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Set(y, t)],
+        els: vec![Stmt::Set(y, e)],
+    };
+    b.push(Stmt::Declare(vec![y]));
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![inner(Operand::Var(plus), Operand::Var(minus))],
+        els: vec![inner(Operand::F64(7.0), Operand::Var(minus))],
+    });
+    let z = b.var(Ty::F64, "z");
+    b.push(Stmt::Declare(vec![z]));
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Set(z, Operand::Var(y))],
+        els: vec![Stmt::Set(z, Operand::Var(y))],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(z)]));
+    let mut p = program(vec![b.finish(spec(0), vec![x, c], layout(&[Ty::F64]))]);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert_eq!(text.matches("if c").count(), 1, "{text}");
+    assert!(!text.contains("7.0"), "{text}");
+    assert!(text.contains(":= p"), "{text}");
+    assert!(text.contains(":= m"), "{text}");
+
+    // Branches that differ in the sign of a zero are not the same (`0.0 == -0.0` in Rust).
+    let mut b = Builder::new();
+    let c = b.named_var(Ty::Bool, "c".into());
+    let y = b.var(Ty::F64, "y");
+    b.push(Stmt::Declare(vec![y]));
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then: vec![Stmt::Set(y, Operand::F64(0.0))],
+        els: vec![Stmt::Set(y, Operand::F64(-0.0))],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let mut p = program(vec![b.finish(spec(0), vec![c], layout(&[Ty::F64]))]);
+    passes::simplify::run(&mut p);
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("-0.0") && text.contains("if c"), "{text}");
+}
+
+#[test]
+fn the_exact_ring_rules_are_applied_and_the_inexact_not() {
+    // x - 0, x + -0, -0 + x, x / 1 and x * 1 are x; x + 0, x * 0 and x - x are not folded.
+    let exact = [
+        Op::Binary(BinOp::FSub, Operand::Var(Var(0)), Operand::F64(0.0)),
+        Op::Binary(BinOp::FAdd, Operand::Var(Var(0)), Operand::F64(-0.0)),
+        Op::Binary(BinOp::FAdd, Operand::F64(-0.0), Operand::Var(Var(0))),
+        Op::Binary(BinOp::FDiv, Operand::Var(Var(0)), Operand::F64(1.0)),
+        Op::Binary(BinOp::FMul, Operand::Var(Var(0)), Operand::F64(1.0)),
+    ];
+    let inexact = [
+        Op::Binary(BinOp::FAdd, Operand::Var(Var(0)), Operand::F64(0.0)),
+        Op::Binary(BinOp::FMul, Operand::Var(Var(0)), Operand::F64(0.0)),
+        Op::Binary(BinOp::FSub, Operand::Var(Var(0)), Operand::Var(Var(0))),
+        Op::Binary(BinOp::FSub, Operand::Var(Var(0)), Operand::F64(-0.0)),
+    ];
+    for (op, folds) in exact
+        .iter()
+        .map(|o| (o, true))
+        .chain(inexact.iter().map(|o| (o, false)))
+    {
+        let mut b = Builder::new();
+        let x = b.named_var(Ty::F64, "x".into());
+        let t = b.let1(Ty::F64, "t", op.clone());
+        b.push(Stmt::Return(vec![Operand::Var(t)]));
+        let mut p = program(vec![b.finish(spec(0), vec![x], layout(&[Ty::F64]))]);
+        passes::simplify::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert_eq!(text.contains("return x"), folds, "{op:?}: {text}");
+    }
+}

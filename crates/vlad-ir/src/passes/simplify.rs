@@ -179,11 +179,16 @@ impl Cx {
             if let Some(c) = &count {
                 self.nonempty.push(c.clone());
             }
-            for b in children_mut(&mut s) {
-                self.block(b);
-            }
+            self.children(&mut s);
             if count.is_some() {
                 self.nonempty.pop();
+            }
+            // A fold that does nothing, and an `if` whose branches are the same code.
+            if let Some(out2) = trivial_fold(&s).or_else(|| same_branches(&s)) {
+                for t in out2.into_iter().rev() {
+                    todo.push_front(t);
+                }
+                continue;
             }
             // A loop's `next` and `elem` operands are read after its body: renamed above,
             // before the body's own copies were known; rename them again.
@@ -212,6 +217,32 @@ impl Cx {
         self.avail.pop();
         for v in self.facts.pop().unwrap_or_default() {
             self.subst.remove(&v);
+        }
+    }
+
+    /// Simplifies the blocks nested in `s`. In the branches of an `if` on a variable that does
+    /// not change, the condition is known: true in the first, false in the second (paper 002
+    /// Fig. 7f, `if e0 then e1[e0 := true] else e2[e0 := false]`), so that an `if` on the same
+    /// condition inside either is the branch it takes.
+    fn children(&mut self, s: &mut Stmt) {
+        if let Stmt::If {
+            cond: Operand::Var(c),
+            then,
+            els,
+        } = s
+        {
+            let c = *c;
+            if self.is_fixed(&Operand::Var(c)) && !self.subst.contains_key(&c) {
+                self.subst.insert(c, Operand::Bool(true));
+                self.block(then);
+                self.subst.insert(c, Operand::Bool(false));
+                self.block(els);
+                self.subst.remove(&c);
+                return;
+            }
+        }
+        for b in children_mut(s) {
+            self.block(b);
         }
     }
 
@@ -710,9 +741,21 @@ impl Cx {
             }
             Op::Binary(BinOp::FMul, x, Operand::F64(one))
             | Op::Binary(BinOp::FMul, Operand::F64(one), x)
+            | Op::Binary(BinOp::FDiv, x, Operand::F64(one))
                 if *one == 1.0 =>
             {
-                // Exact: x * 1 is x for every x.
+                // Exact: x * 1 and x / 1 are x for every x.
+                Some(Op::Copy(x.clone()))
+            }
+            Op::Binary(BinOp::FSub, x, Operand::F64(z)) if *z == 0.0 && z.is_sign_positive() => {
+                // Exact: x - 0 is x for every x, -0 and NaN included (x + 0 is not: -0 + 0
+                // is +0, so paper 002's `e + 0 ~> e` holds only for the negative zero).
+                Some(Op::Copy(x.clone()))
+            }
+            Op::Binary(BinOp::FAdd, x, Operand::F64(z))
+            | Op::Binary(BinOp::FAdd, Operand::F64(z), x)
+                if *z == 0.0 && z.is_sign_negative() =>
+            {
                 Some(Op::Copy(x.clone()))
             }
             Op::Length(Operand::Var(a)) if self.lengths.contains_key(a) => {
@@ -738,7 +781,7 @@ impl Cx {
                 fold_binary(*op, x, y).map(Op::Copy)
             }
             Op::Unary(..) | Op::Binary(..) | Op::Length(_) if vs.len() == 1 => {
-                let key = format!("{op:?}");
+                let key = cse_key(op);
                 op_operands(op)
                     .iter()
                     .all(|x| self.is_fixed(x))
@@ -811,7 +854,7 @@ impl Cx {
             && op_operands(op).iter().all(|x| self.is_fixed(x))
         {
             let scope = self.avail.last_mut().expect("a scope");
-            scope.entry(format!("{op:?}")).or_insert(v);
+            scope.entry(cse_key(op)).or_insert(v);
         }
         self.defs.insert(v, op.clone());
     }
@@ -1107,6 +1150,88 @@ pub fn dead_code(body: &mut Block) {
             return;
         }
     }
+}
+
+/// What identifies a pure operation among those computed so far: the operation, with the
+/// operands of a symmetric comparison or boolean operation in one order (`feq k, r` is
+/// `feq r, k`).
+fn cse_key(op: &Op) -> String {
+    match op {
+        Op::Binary(
+            b @ (BinOp::FEq | BinOp::IEq | BinOp::INe | BinOp::BEq | BinOp::And | BinOp::Or),
+            x,
+            y,
+        ) => {
+            let (x, y) = (format!("{x:?}"), format!("{y:?}"));
+            let (x, y) = if x <= y { (x, y) } else { (y, x) };
+            format!("Binary({b:?}, {x}, {y})")
+        }
+        _ => format!("{op:?}"),
+    }
+}
+
+/// Paper 002's iteration rules `ifold f z 0 ~> z` and `ifold (fun a i -> a) z n ~> z` (Fig. 7e):
+/// a fold of no steps, or whose steps only compute and leave every accumulator as it was, is
+/// its initial values; a counted loop of no steps, or of an empty body, is nothing.
+fn trivial_fold(s: &Stmt) -> Option<Vec<Stmt>> {
+    match s {
+        Stmt::Ifold {
+            accs,
+            init,
+            count,
+            body,
+            next,
+            ..
+        } => {
+            let unchanged = next.iter().zip(accs).all(|(x, a)| *x == Operand::Var(*a));
+            let skippable = removable(body) && sets_only_its_own(body);
+            let none = matches!(count, Operand::I64(n) if *n <= 0);
+            (none || (unchanged && skippable)).then(|| {
+                accs.iter()
+                    .zip(init)
+                    .map(|(a, z)| Stmt::Let(vec![*a], Op::Copy(z.clone())))
+                    .collect()
+            })
+        }
+        Stmt::For { count, body, .. }
+            if body.is_empty() || matches!(count, Operand::I64(n) if *n <= 0) =>
+        {
+            Some(vec![])
+        }
+        _ => None,
+    }
+}
+
+/// Paper 002's `if e0 then e1 else e1 ~> e1` (Fig. 7f): an `if` whose branches are the same
+/// code, up to the names of what they define, is that code (the condition is an operand:
+/// computing it had no effect). Their call-site records must be the same too: the next
+/// statement that can fail after the `if` reports the site its branch recorded last.
+fn same_branches(s: &Stmt) -> Option<Vec<Stmt>> {
+    let Stmt::If { then, els, .. } = s else {
+        return None;
+    };
+    let (da, db) = (defined_in(then), defined_in(els));
+    if da.len() != db.len() {
+        return None;
+    }
+    let renamed: HashMap<Var, Var> = db.into_iter().zip(da).collect();
+    let mut b = els.clone();
+    map_vars(&mut b, &|v| renamed.get(&v).copied().unwrap_or(v));
+    // Compared as printed, so that `0.0` and `-0.0` differ (`==` on reals has them equal).
+    (format!("{then:?}") == format!("{b:?}")).then(|| then.clone())
+}
+
+/// Whether every variable a block assigns is one it declares: running it has no effect on the
+/// variables around it.
+fn sets_only_its_own(block: &[Stmt]) -> bool {
+    let own: HashSet<Var> = defined_in(block).into_iter().collect();
+    let mut ok = true;
+    walk(block, &mut |s| {
+        if let Stmt::Set(v, _) = s {
+            ok &= own.contains(v);
+        }
+    });
+    ok
 }
 
 /// An operation whose only effect is to allocate a new array (its slots written by nothing

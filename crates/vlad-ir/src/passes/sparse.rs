@@ -1,5 +1,12 @@
 //! One-hot folds: paper 002's `ifold (fun a j -> if j = k then f a j else a) z n ~> f z k`
-//! (Fig. 7e), made exact in IEEE arithmetic by a guard.
+//! (Fig. 7e), as written (`selection`), and made exact in IEEE arithmetic by a guard where
+//! the step adds zeros at the other indices.
+//!
+//! **As written.** A fold whose step compares its index with a value `k` the loop does not
+//! change and, where they differ, only computes and leaves every accumulator as it was, does
+//! something at `k` alone: it becomes that step, run once from the initial values if `k` is
+//! an index below the count (a natural number: a real `k` is tested integral), and the
+//! initial values if not. Exact: the same operations on the same operands.
 //!
 //! Forward-mode `grad` differentiates `f` once per input `k` with the one-hot tangent
 //! `(vector-hot n k)`; once `passes::fuse` has put the one-hot's step in the loop that reads
@@ -44,12 +51,18 @@ pub fn function(f: &mut Function) -> bool {
     let mut vars = std::mem::take(&mut f.vars);
     let mut changed = false;
     let assigned = crate::passes::simplify::mutable(&f.body);
-    flat_map(&mut f.body, &mut |s| match one_hot(&s, &assigned, &vars) {
-        Some(plan) => {
+    flat_map(&mut f.body, &mut |s| {
+        if let Some(sel) = selection(&s, &assigned) {
             changed = true;
-            rewrite(s, plan, &mut vars)
+            return select(s, sel, &mut vars);
         }
-        None => vec![s],
+        match one_hot(&s, &assigned, &vars) {
+            Some(plan) => {
+                changed = true;
+                rewrite(s, plan, &mut vars)
+            }
+            None => vec![s],
+        }
     });
     f.vars = vars;
     changed
@@ -593,5 +606,237 @@ fn rewrite(s: Stmt, plan: Plan, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
         els: slow_path,
     });
     out.extend(site_after);
+    out
+}
+
+/// A fold that does something at one index alone (`selection`): the comparison of the index
+/// with `k`, and whether `k` is a real.
+struct Selection {
+    k: Operand,
+    real: bool,
+}
+
+/// `ifold (fun a i -> if i = k then f a i else a) z n`: the step is pure computation, then
+/// an `if` on the comparison of the index (or the index converted to a real) with an operand
+/// `k` that the loop does not change, whose second branch only makes every next value the
+/// accumulator it was (through the step's joins).
+fn selection(s: &Stmt, assigned: &HashSet<Var>) -> Option<Selection> {
+    let Stmt::Ifold {
+        accs,
+        index,
+        body,
+        next,
+        ..
+    } = s
+    else {
+        return None;
+    };
+    let (
+        Stmt::If {
+            cond: Operand::Var(c),
+            els,
+            ..
+        },
+        prefix,
+    ) = body.split_last()?
+    else {
+        return None;
+    };
+    let mut defs: HashMap<Var, &Op> = HashMap::new();
+    for t in prefix {
+        match t {
+            Stmt::Let(vs, op) if crate::passes::simplify::is_pure(op) => {
+                if let [v] = vs[..] {
+                    defs.insert(v, op);
+                }
+            }
+            Stmt::Declare(_) | Stmt::Site(_) => {}
+            _ => return None,
+        }
+    }
+    let inside: HashSet<Var> = defined_in(body).into_iter().chain([*index]).collect();
+    let invariant = |x: &Operand| match x {
+        Operand::Var(v) => !inside.contains(v) && !assigned.contains(v),
+        _ => true,
+    };
+    let is_index = |x: &Operand| *x == Operand::Var(*index);
+    let converted = |x: &Operand| {
+        x.var()
+            .and_then(|v| defs.get(&v))
+            .is_some_and(|op| matches!(op, Op::Unary(UnOp::I64ToF64, i) if is_index(i)))
+    };
+    let sel = match defs.get(c)? {
+        Op::Binary(BinOp::IEq, x, k) | Op::Binary(BinOp::IEq, k, x)
+            if is_index(x) && invariant(k) =>
+        {
+            Selection {
+                k: k.clone(),
+                real: false,
+            }
+        }
+        Op::Binary(BinOp::FEq, x, k) | Op::Binary(BinOp::FEq, k, x)
+            if converted(x) && invariant(k) && !converted(k) =>
+        {
+            Selection {
+                k: k.clone(),
+                real: true,
+            }
+        }
+        _ => return None,
+    };
+    // Where the index is not `k`: the joins the second branch sets, and nothing else.
+    let mut joins: HashMap<Var, &Operand> = HashMap::new();
+    for t in els {
+        match t {
+            Stmt::Set(x, y) if inside.contains(x) => {
+                joins.insert(*x, y);
+            }
+            Stmt::Site(_) => {}
+            _ => return None,
+        }
+    }
+    let unchanged = next.iter().zip(accs).all(|(x, a)| {
+        let kept = match x {
+            Operand::Var(v) if joins.contains_key(v) => joins[v],
+            x => x,
+        };
+        *kept == Operand::Var(*a)
+    });
+    unchanged.then_some(sel)
+}
+
+/// The fold of `selection` as its step at `k` alone: the accumulators are declared, and set
+/// to the step's next values (the step copied, from the initial values, at `k`) if `k` is an
+/// index below the count, to the initial values if not.
+fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+    let Stmt::Ifold {
+        accs,
+        init,
+        count,
+        index,
+        body,
+        next,
+    } = s
+    else {
+        unreachable!("selection matched an ifold")
+    };
+    let let1 = |vars: &mut Vec<VarInfo>, out: &mut Vec<Stmt>, ty: Ty, prefix: &str, op| {
+        let v = fresh_var(vars, ty, prefix);
+        out.push(Stmt::Let(vec![v], op));
+        Operand::Var(v)
+    };
+    let set_all = |xs: &[Operand], renamed: &HashMap<Var, Var>| -> Vec<Stmt> {
+        accs.iter()
+            .zip(xs)
+            .map(|(a, x)| Stmt::Set(*a, renamed_operand(x, renamed)))
+            .collect()
+    };
+    let none = HashMap::new();
+    let mut out = vec![Stmt::Declare(accs.clone())];
+    // The step at `k`, from the initial values: the body copied, its index and accumulators
+    // bound first.
+    let step = |vars: &mut Vec<VarInfo>, at: Operand| -> Vec<Stmt> {
+        let (copy, renamed) = copy_fresh(&body, &[&accs[..], &[index]].concat(), vars);
+        let mut b: Vec<Stmt> = accs
+            .iter()
+            .zip(&init)
+            .map(|(a, z)| Stmt::Let(vec![renamed[a]], Op::Copy(z.clone())))
+            .collect();
+        b.push(Stmt::Let(vec![renamed[&index]], Op::Copy(at)));
+        b.extend(copy);
+        b.extend(set_all(&next, &renamed));
+        b
+    };
+    if sel.real {
+        let n = let1(
+            vars,
+            &mut out,
+            Ty::F64,
+            "n",
+            Op::Unary(UnOp::I64ToF64, count),
+        );
+        let lo = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "lo",
+            Op::Binary(BinOp::FGe, sel.k.clone(), Operand::F64(0.0)),
+        );
+        let hi = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "hi",
+            Op::Binary(BinOp::FLt, sel.k.clone(), n),
+        );
+        let ok = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "ok",
+            Op::Binary(BinOp::And, lo, hi),
+        );
+        // In range, `k` converts to an integer; it is an index if it converts back to itself.
+        let mut then = Vec::new();
+        let ki = let1(
+            vars,
+            &mut then,
+            Ty::I64,
+            "k",
+            Op::Unary(UnOp::F64ToI64, sel.k.clone()),
+        );
+        let back = let1(
+            vars,
+            &mut then,
+            Ty::F64,
+            "k",
+            Op::Unary(UnOp::I64ToF64, ki.clone()),
+        );
+        let exact = let1(
+            vars,
+            &mut then,
+            Ty::Bool,
+            "exact",
+            Op::Binary(BinOp::FEq, back, sel.k),
+        );
+        then.push(Stmt::If {
+            cond: exact,
+            then: step(vars, ki),
+            els: set_all(&init, &none),
+        });
+        out.push(Stmt::If {
+            cond: ok,
+            then,
+            els: set_all(&init, &none),
+        });
+    } else {
+        let neg = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "neg",
+            Op::Binary(BinOp::ILt, sel.k.clone(), Operand::I64(0)),
+        );
+        let lo = let1(vars, &mut out, Ty::Bool, "lo", Op::Unary(UnOp::Not, neg));
+        let hi = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "hi",
+            Op::Binary(BinOp::ILt, sel.k.clone(), count),
+        );
+        let ok = let1(
+            vars,
+            &mut out,
+            Ty::Bool,
+            "ok",
+            Op::Binary(BinOp::And, lo, hi),
+        );
+        out.push(Stmt::If {
+            cond: ok,
+            then: step(vars, sel.k),
+            els: set_all(&init, &none),
+        });
+    }
     out
 }
