@@ -3193,3 +3193,199 @@ fn the_exact_ring_rules_are_applied_and_the_inexact_not() {
         assert_eq!(text.contains("return x"), folds, "{op:?}: {text}");
     }
 }
+
+/// `fn(n: i64, v: array(f64)) -> f64`: `b = build n (fun i -> check v_i < 10; exp v_i)` (site
+/// 1 in its step), then site 2, `m = length b`, and `ifold (fun a j -> a + b_j) 0 m`, or, with
+/// `impure`, a consumer that also writes the real it reads: the producer of a fold over its
+/// elements (paper 002's build/ifold fusion).
+fn producer_and_consumer(impure: bool) -> Function {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::I64, "n".into());
+    let v = b.named_var(arr.clone(), "v".into());
+    let built = b.var(arr, "b");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    b.push(Stmt::Site(1));
+    let vi = load(&mut b, Ty::F64, "vi", v, Operand::Var(i));
+    let ok = b.let1(
+        Ty::Bool,
+        "ok",
+        Op::Binary(BinOp::FLt, Operand::Var(vi), Operand::F64(10.0)),
+    );
+    b.open();
+    b.effect(Op::Rt(
+        Rt::FailMismatch,
+        vec![Operand::I64(-1), Operand::Null, Operand::Null],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(ok),
+        then: vec![],
+        els: fail,
+    });
+    let e = b.let1(Ty::F64, "e", Op::Unary(UnOp::Exp, Operand::Var(vi)));
+    let step = b.close();
+    b.push(Stmt::Build {
+        array: built,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body: step,
+        elem: vec![Operand::Var(e)],
+    });
+    b.push(Stmt::Site(2));
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(built)));
+    let a = b.var(Ty::F64, "a");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let bj = load(&mut b, Ty::F64, "bj", built, Operand::Var(j));
+    if impure {
+        b.effect(Op::Rt(Rt::WriteReal, vec![Operand::Var(bj)]));
+    }
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(a), Operand::Var(bj)),
+    );
+    let fold = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![a],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(m),
+        index: j,
+        body: fold,
+        next: vec![Operand::Var(s)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(a)]));
+    b.finish(spec(0), vec![n, v], layout(&[Ty::F64]))
+}
+
+/// A program of `f` with three call sites.
+fn with_sites(f: Function) -> Program {
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    Program {
+        sites: vec![site; 3],
+        ..program(vec![f])
+    }
+}
+
+#[test]
+fn a_build_read_in_order_by_the_fold_after_it_is_computed_in_the_fold() {
+    let mut f = producer_and_consumer(false);
+    verify(&with_sites(f.clone())).unwrap();
+    assert!(passes::fuse::function(&mut f));
+    let p = with_sites(f);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // No array: the step (its check and its exp included) at the top of the fold's, whose
+    // count is n; the site between the loops after the fold, the step's own in the fold.
+    assert!(!text.contains("= build"), "{text}");
+    assert!(text.contains("count n index j"), "{text}");
+    let (fold, exp, site1, site2) = (
+        text.find("= ifold").unwrap(),
+        text.find("exp vi").unwrap(),
+        text.find("site 1").unwrap(),
+        text.find("site 2").unwrap(),
+    );
+    assert!(fold < site1 && site1 < exp && exp < site2, "{text}");
+    assert!(text.contains("vl_fail_mismatch"), "{text}");
+}
+
+#[test]
+fn a_build_whose_consumer_has_effects_is_made() {
+    // The consumer writes: the producer's checks would then interleave with the writes.
+    let mut f = producer_and_consumer(true);
+    passes::fuse::function(&mut f);
+    let p = with_sites(f);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("= build"), "{text}");
+}
+
+#[test]
+fn a_matrix_whose_rows_are_only_read_is_not_made() {
+    // o = build m (fun i -> build n (fun k -> u_i w_k)); ifold (fun s i -> ifold (fun s k ->
+    // s + o_i_k) s n) 0 m, the outer product of paper 002's NNMF summed: neither the matrix
+    // nor a row is made.
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mat = Ty::Array(layout(std::slice::from_ref(&arr)));
+    let mut b = Builder::new();
+    let u = b.named_var(arr.clone(), "u".into());
+    let w = b.named_var(arr.clone(), "w".into());
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(u)));
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(w)));
+    let o = b.var(mat, "o");
+    let (i, k) = (b.var(Ty::I64, "i"), b.var(Ty::I64, "k"));
+    let row = b.var(arr.clone(), "row");
+    b.open();
+    let ui = load(&mut b, Ty::F64, "ui", u, Operand::Var(i));
+    b.open();
+    let wk = load(&mut b, Ty::F64, "wk", w, Operand::Var(k));
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Binary(BinOp::FMul, Operand::Var(ui), Operand::Var(wk)),
+    );
+    let inner = b.close();
+    b.push(Stmt::Build {
+        array: row,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: k,
+        body: inner,
+        elem: vec![Operand::Var(x)],
+    });
+    let outer = b.close();
+    b.push(Stmt::Build {
+        array: o,
+        layout: layout(std::slice::from_ref(&arr)),
+        count: Operand::Var(m),
+        index: i,
+        body: outer,
+        elem: vec![Operand::Var(row)],
+    });
+    let (s, s2) = (b.var(Ty::F64, "s"), b.var(Ty::F64, "s"));
+    let (i2, k2) = (b.var(Ty::I64, "i"), b.var(Ty::I64, "k"));
+    b.open();
+    let r = load(&mut b, arr, "r", o, Operand::Var(i2));
+    b.open();
+    let rk = load(&mut b, Ty::F64, "rk", r, Operand::Var(k2));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(s2), Operand::Var(rk)),
+    );
+    let sum_row = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s2],
+        init: vec![Operand::Var(s)],
+        count: Operand::Var(n),
+        index: k2,
+        body: sum_row,
+        next: vec![Operand::Var(t)],
+    });
+    let sum = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(m),
+        index: i2,
+        body: sum,
+        next: vec![Operand::Var(s2)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let mut f = b.finish(spec(0), vec![u, w], layout(&[Ty::F64]));
+    verify(&program(vec![f.clone()])).unwrap();
+    passes::scalar_optimise(&mut f);
+    let p = program(vec![f]);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("= build"), "{text}");
+    assert!(!text.contains("new array"), "{text}");
+    assert_eq!(text.matches("= ifold").count(), 2, "{text}");
+    assert!(text.contains("fmul ui"), "{text}");
+}

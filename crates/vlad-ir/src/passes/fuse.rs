@@ -26,9 +26,22 @@ pub const MAX_STEP: usize = 12;
 pub fn function(f: &mut Function) -> bool {
     let mut fused = false;
     for _ in 0..4 {
-        if !fuse_builds(f) {
+        match fuse_builds(f) {
+            Fused::Nothing => break,
+            Fused::Flat => {}
+            // The rows now built where they are read are read through copies: propagated,
+            // the next round sees the reads of each row and fuses it into them.
+            Fused::Rows => crate::passes::simplify::function(f),
+        }
+        fused = true;
+    }
+    for _ in 0..4 {
+        if !fuse_consumers(f) {
             break;
         }
+        // A consumer's reads of a row the producer's step builds are reads of a copy of it:
+        // propagated, the row's own consumer is seen in the next round.
+        crate::passes::simplify::function(f);
         fused = true;
     }
     let dropped = dead_accumulators(&mut f.body);
@@ -43,7 +56,267 @@ struct Step {
     elem: Vec<Operand>,
 }
 
-fn fuse_builds(f: &mut Function) -> bool {
+/// Paper 002's build/ifold fusion, of a producer into its consumer: an array made by a
+/// `build` and read, element `j` at step `j`, by the loop that follows it over the same count
+/// (a fold's or another build's), and read nowhere else but for its length, is not made: the
+/// producer's step runs at the top of the consumer's, and the reads take its element. Unlike
+/// `fuse_builds`, any step fuses so (a call, a check, an `exp`, the rows of a matrix): each
+/// element is computed once, as before, and the effects happen in the same order, because
+/// what runs between the producer's steps is pure and records no call site (`consumer`): the
+/// records between the two loops move after the consumer.
+/// Where the consumer is a reduction, as `matrix-sum` of a `matrix-map2` of an outer product
+/// (paper 002's unfused NNMF), no intermediate array is made at all.
+fn fuse_consumers(f: &mut Function) -> bool {
+    let mut reads: HashMap<Var, Reads> = HashMap::new();
+    walk(&f.body, &mut |s| count_reads(s, &mut reads));
+    // A count that may change would not be the length where the array's was read.
+    let changing = assigned(&f.body);
+    reads.retain(|_, r| r.other == 0);
+    for v in &changing {
+        reads.remove(v);
+    }
+    let mut fused: Vec<(Var, Operand)> = Vec::new();
+    fuse_in(&mut f.body, &reads, &changing, &mut fused);
+    if fused.is_empty() {
+        return false;
+    }
+    // The lengths of the arrays no longer made are their counts.
+    let counts: HashMap<Var, Operand> = fused.into_iter().collect();
+    walk_mut(&mut f.body, &mut |s| {
+        if let Stmt::Let(_, op @ Op::Length(Operand::Var(_))) = s {
+            let Op::Length(Operand::Var(a)) = op else {
+                return;
+            };
+            if let Some(n) = counts.get(a) {
+                *op = Op::Copy(n.clone());
+            }
+        }
+    });
+    true
+}
+
+/// How a function reads an array variable: by `load`s (at which indices), by `length`, or
+/// otherwise.
+#[derive(Default)]
+struct Reads {
+    loads: Vec<Operand>,
+    lengths: usize,
+    other: usize,
+}
+
+fn count_reads(s: &Stmt, reads: &mut HashMap<Var, Reads>) {
+    match s {
+        Stmt::Let(_, Op::Load { array, index, .. }) => {
+            if let Operand::Var(a) = array {
+                reads.entry(*a).or_default().loads.push(index.clone());
+            }
+            if let Operand::Var(i) = index {
+                reads.entry(*i).or_default().other += 1;
+            }
+        }
+        Stmt::Let(_, Op::Length(Operand::Var(a))) => reads.entry(*a).or_default().lengths += 1,
+        _ => {
+            for x in stmt_operands(s) {
+                if let Operand::Var(v) = x {
+                    reads.entry(*v).or_default().other += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Fuses the producers of `block` and of the blocks nested in it into their consumers, noting
+/// each fused array with its count.
+fn fuse_in(
+    block: &mut Block,
+    reads: &HashMap<Var, Reads>,
+    changing: &HashSet<Var>,
+    fused: &mut Vec<(Var, Operand)>,
+) {
+    for s in block.iter_mut() {
+        for b in children_mut(s) {
+            fuse_in(b, reads, changing, fused);
+        }
+    }
+    let mut p = 0;
+    while p < block.len() {
+        if let Some(q) = consumer(block, p, reads, changing) {
+            let Stmt::Build {
+                array,
+                count,
+                index,
+                body,
+                elem,
+                ..
+            } = block.remove(p)
+            else {
+                unreachable!("consumer matched a build")
+            };
+            // The call-site records between the two move after the consumer (the last of
+            // them): the producer's steps, which now run in the consumer's, start from the
+            // site they started from, and the site after the consumer, which records none,
+            // is as it was.
+            let between: Vec<Stmt> = block.drain(p..q - 1).collect();
+            let site = between.iter().rev().find_map(|t| match t {
+                Stmt::Site(n) => Some(*n),
+                _ => None,
+            });
+            let kept: Vec<Stmt> = between
+                .into_iter()
+                .filter(|t| !matches!(t, Stmt::Site(_)))
+                .collect();
+            let q = p + kept.len();
+            block.splice(p..p, kept);
+            let (j, body_q) = match &mut block[q] {
+                Stmt::Ifold { index, body, .. } | Stmt::Build { index, body, .. } => (*index, body),
+                _ => unreachable!("consumer is a loop"),
+            };
+            let mut top = vec![Stmt::Let(vec![index], Op::Copy(Operand::Var(j)))];
+            top.extend(body);
+            walk_mut(body_q, &mut |t| {
+                if let Stmt::Let(
+                    _,
+                    op @ Op::Load {
+                        array: Operand::Var(_),
+                        ..
+                    },
+                ) = t
+                {
+                    if let Op::Load {
+                        array: Operand::Var(a),
+                        slot,
+                        ..
+                    } = op
+                    {
+                        if *a == array {
+                            *op = Op::Copy(elem[*slot as usize].clone());
+                        }
+                    }
+                }
+            });
+            top.append(body_q);
+            *body_q = top;
+            if let Some(n) = site {
+                block.insert(q + 1, Stmt::Site(n));
+            }
+            fused.push((array, count));
+            continue;
+        }
+        p += 1;
+    }
+}
+
+/// Where `block[p]` is a `build` that fuses into a consumer: the consumer's position. The
+/// consumer is an `ifold` or `build` over the build's count (or its length) after statements
+/// that only compute and record sites; its step is pure, records no site, and reads the array
+/// only at its own index; the array is read nowhere else but for its length, and its count
+/// does not change. The producer's step reads nothing the consumer assigns, and neither
+/// returns nor leaves its loop.
+fn consumer(
+    block: &[Stmt],
+    p: usize,
+    reads: &HashMap<Var, Reads>,
+    changing: &HashSet<Var>,
+) -> Option<usize> {
+    let Stmt::Build {
+        array, count, body, ..
+    } = &block[p]
+    else {
+        return None;
+    };
+    if count.var().is_some_and(|v| changing.contains(&v)) {
+        return None;
+    }
+    let r = reads.get(array)?;
+    if r.other > 0 || r.loads.is_empty() {
+        return None;
+    }
+    // The statements between: pure computation (the consumer's count among them) and sites.
+    let mut lengths: HashSet<Var> = HashSet::new();
+    let mut q = p + 1;
+    while q < block.len() {
+        match &block[q] {
+            Stmt::Site(_) => {}
+            Stmt::Let(vs, Op::Length(Operand::Var(a))) if a == array => lengths.extend(vs),
+            Stmt::Let(_, op) if crate::passes::simplify::is_pure(op) => {}
+            _ => break,
+        }
+        q += 1;
+    }
+    let (c, j, q_body) = match block.get(q)? {
+        Stmt::Ifold {
+            count: c,
+            index,
+            body,
+            ..
+        }
+        | Stmt::Build {
+            count: c,
+            index,
+            body,
+            ..
+        } => (c, *index, body),
+        _ => return None,
+    };
+    let same_count = c == count || c.var().is_some_and(|v| lengths.contains(&v));
+    if !same_count || !pure(q_body) {
+        return None;
+    }
+    let mut sites = false;
+    let mut loads_at_j = 0;
+    walk(q_body, &mut |t| {
+        sites |= matches!(t, Stmt::Site(_));
+        if let Stmt::Let(
+            _,
+            Op::Load {
+                array: a, index, ..
+            },
+        ) = t
+        {
+            if *a == Operand::Var(*array) && *index == Operand::Var(j) {
+                loads_at_j += 1;
+            }
+        }
+    });
+    if sites || loads_at_j != r.loads.len() {
+        return None;
+    }
+    // The producer's step: no control leaving it, and nothing the consumer assigns read.
+    let mut leaves = false;
+    walk(body, &mut |t| {
+        leaves |= matches!(
+            t,
+            Stmt::Return(_)
+                | Stmt::TailCall { .. }
+                | Stmt::Continue
+                | Stmt::Loop(_)
+                | Stmt::Release(_)
+                | Stmt::Let(
+                    _,
+                    Op::Mark | Op::Collect { .. } | Op::ReleaseCarrying { .. }
+                )
+        )
+    });
+    let changed = assigned(q_body);
+    let mut reads_changed = false;
+    walk(body, &mut |t| {
+        for x in stmt_operands(t) {
+            reads_changed |= x.var().is_some_and(|v| changed.contains(&v));
+        }
+    });
+    (!leaves && !reads_changed).then_some(q)
+}
+
+/// What a round of fusion did: nothing, fused arrays of scalars, or fused arrays whose
+/// elements are arrays it builds (a matrix's rows).
+#[derive(PartialEq)]
+enum Fused {
+    Nothing,
+    Flat,
+    Rows,
+}
+
+fn fuse_builds(f: &mut Function) -> Fused {
     let assigned = assigned(&f.body);
     // A step that reads arrays computes the same later only if nothing writes into arrays
     // between (in-place accumulation of reverse mode stores into an array it was given).
@@ -59,7 +332,7 @@ fn fuse_builds(f: &mut Function) -> bool {
             ..
         } = s
         {
-            if cheap(body)
+            if (cheap(body) || builds_rows(body))
                 && code_size(body) <= MAX_STEP
                 && reads_fixed(s, &assigned)
                 && last_site(body).is_some()
@@ -96,6 +369,12 @@ fn fuse_builds(f: &mut Function) -> bool {
             }
         }
     });
+    // A matrix whose step builds its rows is fused only where every row read is only read
+    // (`load`, `length`): the row is then built where it is read, and fused into those reads
+    // in the next round, so no row is made; a row that went elsewhere would be made once per
+    // read instead of once.
+    let rows_read_only = rows_only_read(&f.body, &steps);
+    steps.retain(|a, st| !nested(&st.body) || rows_read_only.contains(a));
     // A step that reads another array being fused waits for the next round (its copies would
     // read an array no longer made).
     let readers: Vec<Var> = steps
@@ -113,8 +392,9 @@ fn fuse_builds(f: &mut Function) -> bool {
         steps.remove(&a);
     }
     if steps.is_empty() {
-        return false;
+        return Fused::Nothing;
     }
+    let rows = steps.values().any(|st| nested(&st.body));
     let mut vars = std::mem::take(&mut f.vars);
     flat_map(&mut f.body, &mut |s| match s {
         Stmt::Let(
@@ -148,7 +428,61 @@ fn fuse_builds(f: &mut Function) -> bool {
         other => vec![other],
     });
     f.vars = vars;
-    true
+    if rows {
+        Fused::Rows
+    } else {
+        Fused::Flat
+    }
+}
+
+/// Whether a step builds arrays (rows) by steps that are `cheap` and record no call site, and
+/// is otherwise `cheap` itself: the outer product of two vectors, the `build` of `build`s that
+/// a matrix operation makes.
+fn builds_rows(body: &[Stmt]) -> bool {
+    nested(body)
+        && body.iter().all(|s| match s {
+            Stmt::Build { body: row, .. } => cheap(row) && last_site(row) == Some(None),
+            s => cheap(std::slice::from_ref(s)),
+        })
+}
+
+/// Whether a step builds arrays at its top level.
+fn nested(body: &[Stmt]) -> bool {
+    body.iter().any(|s| matches!(s, Stmt::Build { .. }))
+}
+
+/// The arrays of `steps` every element read of which is only read: the variables the loads
+/// of the array define appear only as the array of a `load` or of a `length`.
+fn rows_only_read(body: &[Stmt], steps: &HashMap<Var, Step>) -> HashSet<Var> {
+    let mut rows: HashMap<Var, Var> = HashMap::new();
+    walk(body, &mut |s| {
+        if let Stmt::Let(
+            xs,
+            Op::Load {
+                array: Operand::Var(a),
+                ..
+            },
+        ) = s
+        {
+            if steps.contains_key(a) {
+                rows.extend(xs.iter().map(|x| (*x, *a)));
+            }
+        }
+    });
+    let mut ok: HashSet<Var> = steps.keys().copied().collect();
+    walk(body, &mut |s| {
+        let reads: Vec<&Operand> = match s {
+            Stmt::Let(_, Op::Load { index, .. }) => vec![index],
+            Stmt::Let(_, Op::Length(_)) => vec![],
+            _ => stmt_operands(s),
+        };
+        for x in reads {
+            if let Some(a) = x.var().and_then(|v| rows.get(&v)) {
+                ok.remove(a);
+            }
+        }
+    });
+    ok
 }
 
 /// The last call-site record of a loop's step, which is the current site after the loop if

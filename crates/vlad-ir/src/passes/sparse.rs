@@ -747,7 +747,9 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
         b.extend(set_all(&next, &renamed));
         b
     };
-    if sel.real {
+    // `k` is at least 0 (`lo`) and below the count (`hi`); a real `k` is then an index if it
+    // converts to an integer and back to itself.
+    let (lo, hi, then) = if sel.real {
         let n = let1(
             vars,
             &mut out,
@@ -755,12 +757,13 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             "n",
             Op::Unary(UnOp::I64ToF64, count),
         );
+        let zero = Operand::F64(0.0);
         let lo = let1(
             vars,
             &mut out,
             Ty::Bool,
             "lo",
-            Op::Binary(BinOp::FGe, sel.k.clone(), Operand::F64(0.0)),
+            Op::Binary(BinOp::FGe, sel.k.clone(), zero),
         );
         let hi = let1(
             vars,
@@ -769,14 +772,6 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             "hi",
             Op::Binary(BinOp::FLt, sel.k.clone(), n),
         );
-        let ok = let1(
-            vars,
-            &mut out,
-            Ty::Bool,
-            "ok",
-            Op::Binary(BinOp::And, lo, hi),
-        );
-        // In range, `k` converts to an integer; it is an index if it converts back to itself.
         let mut then = Vec::new();
         let ki = let1(
             vars,
@@ -804,18 +799,15 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             then: step(vars, ki),
             els: set_all(&init, &none),
         });
-        out.push(Stmt::If {
-            cond: ok,
-            then,
-            els: set_all(&init, &none),
-        });
+        (lo, hi, then)
     } else {
+        let zero = Operand::I64(0);
         let neg = let1(
             vars,
             &mut out,
             Ty::Bool,
             "neg",
-            Op::Binary(BinOp::ILt, sel.k.clone(), Operand::I64(0)),
+            Op::Binary(BinOp::ILt, sel.k.clone(), zero),
         );
         let lo = let1(vars, &mut out, Ty::Bool, "lo", Op::Unary(UnOp::Not, neg));
         let hi = let1(
@@ -825,18 +817,19 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             "hi",
             Op::Binary(BinOp::ILt, sel.k.clone(), count),
         );
-        let ok = let1(
-            vars,
-            &mut out,
-            Ty::Bool,
-            "ok",
-            Op::Binary(BinOp::And, lo, hi),
-        );
-        out.push(Stmt::If {
-            cond: ok,
-            then: step(vars, sel.k),
-            els: set_all(&init, &none),
-        });
-    }
+        (lo, hi, step(vars, sel.k))
+    };
+    let ok = let1(
+        vars,
+        &mut out,
+        Ty::Bool,
+        "ok",
+        Op::Binary(BinOp::And, lo, hi),
+    );
+    out.push(Stmt::If {
+        cond: ok,
+        then,
+        els: set_all(&init, &none),
+    });
     out
 }
