@@ -671,6 +671,41 @@ fn run_both(text: &str, stdin: &str) -> Outcome {
     eval
 }
 
+/// Loops that the IR fuses (a `build` computed in the loop that consumes it, rows built where
+/// they are read, the one-hot folds as written) fail where the evaluator fails, with its
+/// message, position and status: the checks of a fused step run in the order they ran, and
+/// report the call site they reported. The unfused NNMF shape with a row of another length
+/// (at row 1 or none), and a producer reading out of range in its last step.
+#[test]
+fn fused_loops_fail_where_the_evaluator_fails() {
+    let nnmf = "(include \"array\")\n\
+         (let* ((m (read-real)) (n (read-real)) (bad (read-real))\n\
+                (u (build m (lambda (i) (+ 1 i))))\n\
+                (v (build n (lambda (j) (- 2 j))))\n\
+                (a (build m (lambda (i) (build (if (= i bad) (+ n 1) n) (lambda (j) (+ i j)))))))\n\
+           (matrix-sum (matrix-map2-entries (lambda (x y) (+ (log x) (/ y x)))\n\
+                                            (vector-outer-product u v) a)))\n";
+    let failed = run_both(nnmf, "3 2 1");
+    assert!(failed.stderr.contains("sizes differ"), "{}", failed.describe());
+    for input in ["3 2 7", "3 4 7", "0 2 7"] {
+        assert_eq!(run_both(nnmf, input).code, Some(0));
+    }
+    let shifted = "(include \"array\")\n\
+         (let* ((n (read-real)) (k (read-real))\n\
+                (v (build n (lambda (i) (sin i))))\n\
+                (b (build n (lambda (i) (exp (get v (+ i k)))))))\n\
+           (ifold (lambda (s i) (+ s (get b i))) 0 (array-length b)))\n";
+    assert_eq!(run_both(shifted, "5 0").code, Some(0));
+    let failed = run_both(shifted, "5 1");
+    assert!(failed.stderr.contains("index 5 is out of range"), "{}", failed.describe());
+    let pick = "(let* ((n (read-real)) (k (read-real))\n\
+                (v (build n (lambda (i) (sin i)))))\n\
+           (ifold (lambda (a i) (if (= i k) (+ a (get v (+ i 1))) a)) 0 n))\n";
+    assert_eq!(run_both(pick, "5 2").code, Some(0));
+    let failed = run_both(pick, "5 4");
+    assert!(failed.stderr.contains("out of range"), "{}", failed.describe());
+}
+
 /// A top-level value definition is evaluated once per run, in both engines: `n` reads the
 /// input once (it would read 3, then 4), the write in `m` happens once, before the first
 /// expression after it, and a value definition after the last expression is made at the end.
