@@ -686,7 +686,11 @@ fn fused_loops_fail_where_the_evaluator_fails() {
            (matrix-sum (matrix-map2-entries (lambda (x y) (+ (log x) (/ y x)))\n\
                                             (vector-outer-product u v) a)))\n";
     let failed = run_both(nnmf, "3 2 1");
-    assert!(failed.stderr.contains("sizes differ"), "{}", failed.describe());
+    assert!(
+        failed.stderr.contains("sizes differ"),
+        "{}",
+        failed.describe()
+    );
     for input in ["3 2 7", "3 4 7", "0 2 7"] {
         assert_eq!(run_both(nnmf, input).code, Some(0));
     }
@@ -697,13 +701,21 @@ fn fused_loops_fail_where_the_evaluator_fails() {
            (ifold (lambda (s i) (+ s (get b i))) 0 (array-length b)))\n";
     assert_eq!(run_both(shifted, "5 0").code, Some(0));
     let failed = run_both(shifted, "5 1");
-    assert!(failed.stderr.contains("index 5 is out of range"), "{}", failed.describe());
+    assert!(
+        failed.stderr.contains("index 5 is out of range"),
+        "{}",
+        failed.describe()
+    );
     let pick = "(let* ((n (read-real)) (k (read-real))\n\
                 (v (build n (lambda (i) (sin i)))))\n\
            (ifold (lambda (a i) (if (= i k) (+ a (get v (+ i 1))) a)) 0 n))\n";
     assert_eq!(run_both(pick, "5 2").code, Some(0));
     let failed = run_both(pick, "5 4");
-    assert!(failed.stderr.contains("out of range"), "{}", failed.describe());
+    assert!(
+        failed.stderr.contains("out of range"),
+        "{}",
+        failed.describe()
+    );
 }
 
 /// A top-level value definition is evaluated once per run, in both engines: `n` reads the

@@ -2964,6 +2964,7 @@ fn selection_fold(real: bool) -> Function {
     let x = b.var(Ty::F64, "x");
     b.open();
     b.push(Stmt::Declare(vec![x]));
+    b.push(Stmt::Site(1));
     let c = if real {
         let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
         b.let1(
@@ -3015,9 +3016,9 @@ fn selection_fold(real: bool) -> Function {
 fn a_fold_that_does_something_at_one_index_alone_is_its_step_there() {
     for real in [false, true] {
         let mut f = selection_fold(real);
-        verify(&program(vec![f.clone()])).unwrap();
+        verify(&with_sites(f.clone())).unwrap();
         passes::scalar_optimise(&mut f);
-        let mut p = program(vec![f]);
+        let mut p = with_sites(f);
         verify(&p).unwrap();
         let text = crate::print::function(&p, FuncId(0));
         // No loop: the step at k, from 0.5, if k is an index below n; 0.5 if not.
@@ -3026,6 +3027,11 @@ fn a_fold_that_does_something_at_one_index_alone_is_its_step_there() {
         assert!(text.contains(":= 0.5"), "{text}");
         // The comparison of the index with k is known inside: no `if` on it is left.
         assert!(!text.contains("if c"), "{text}");
+        // The step's call site, in the step at k and after the fold where its last step was
+        // not k's (an error after the loop reports it).
+        assert_eq!(text.matches("site 1").count(), 2, "{text}");
+        let after = text.rfind("site 1").unwrap();
+        assert!(text[..after].rfind("if ran").is_some(), "{text}");
         if real {
             // A real k is an index if it is in [0, n) and converts to an integer and back.
             assert!(text.contains("= fge k, 0.0"), "{text}");
@@ -3052,7 +3058,7 @@ fn a_fold_that_changes_something_at_other_indices_is_a_loop() {
     };
     els[0] = Stmt::Set(Var(5), Operand::F64(1.0));
     passes::scalar_optimise(&mut f);
-    let p = program(vec![f]);
+    let p = with_sites(f);
     verify(&p).unwrap();
     let text = crate::print::function(&p, FuncId(0));
     assert!(text.contains("ifold"), "{text}");
@@ -3067,6 +3073,8 @@ fn a_fold_that_keeps_its_accumulator_or_has_no_steps_is_its_initial_value() {
         let a = b.var(Ty::F64, "a");
         let i = b.var(Ty::I64, "i");
         b.open();
+        // The step records a call site: the site after the fold, if it ran.
+        b.push(Stmt::Site(1));
         let next = if step {
             Operand::Var(b.let1(
                 Ty::F64,
@@ -3086,13 +3094,15 @@ fn a_fold_that_keeps_its_accumulator_or_has_no_steps_is_its_initial_value() {
             next: vec![next],
         });
         b.push(Stmt::Return(vec![Operand::Var(a)]));
-        let mut p = program(vec![b.finish(spec(0), vec![n], layout(&[Ty::F64]))]);
+        let mut p = with_sites(b.finish(spec(0), vec![n], layout(&[Ty::F64])));
         verify(&p).unwrap();
         passes::simplify::run(&mut p);
         verify(&p).unwrap();
         let text = crate::print::function(&p, FuncId(0));
         assert!(!text.contains("ifold"), "{text}");
         assert!(text.contains("return 3.0"), "{text}");
+        // A fold of n steps leaves the site of its step if n > 0; one of none leaves none.
+        assert_eq!(text.contains("site 1"), !step, "{text}");
     }
 }
 

@@ -184,7 +184,7 @@ impl Cx {
                 self.nonempty.pop();
             }
             // A fold that does nothing, and an `if` whose branches are the same code.
-            if let Some(out2) = trivial_fold(&s).or_else(|| same_branches(&s)) {
+            if let Some(out2) = trivial_fold(&s, &mut self.vars).or_else(|| same_branches(&s)) {
                 for t in out2.into_iter().rev() {
                     todo.push_front(t);
                 }
@@ -1172,8 +1172,10 @@ fn cse_key(op: &Op) -> String {
 
 /// Paper 002's iteration rules `ifold f z 0 ~> z` and `ifold (fun a i -> a) z n ~> z` (Fig. 7e):
 /// a fold of no steps, or whose steps only compute and leave every accumulator as it was, is
-/// its initial values; a counted loop of no steps, or of an empty body, is nothing.
-fn trivial_fold(s: &Stmt) -> Option<Vec<Stmt>> {
+/// its initial values (and, if it would have run, the call site its step recorded last: an
+/// error after it reports that site); a counted loop of no steps, or of an empty body, is
+/// nothing.
+fn trivial_fold(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
     match s {
         Stmt::Ifold {
             accs,
@@ -1184,14 +1186,24 @@ fn trivial_fold(s: &Stmt) -> Option<Vec<Stmt>> {
             ..
         } => {
             let unchanged = next.iter().zip(accs).all(|(x, a)| *x == Operand::Var(*a));
-            let skippable = removable(body) && sets_only_its_own(body);
+            let skippable = removable(body)
+                && sets_only_its_own(body)
+                && crate::passes::fuse::last_site(body).is_some();
             let none = matches!(count, Operand::I64(n) if *n <= 0);
-            (none || (unchanged && skippable)).then(|| {
+            if !(none || (unchanged && skippable)) {
+                return None;
+            }
+            let mut out = if none {
+                vec![]
+            } else {
+                crate::passes::fuse::trailing_site(body, count.clone(), vars)
+            };
+            out.extend(
                 accs.iter()
                     .zip(init)
-                    .map(|(a, z)| Stmt::Let(vec![*a], Op::Copy(z.clone())))
-                    .collect()
-            })
+                    .map(|(a, z)| Stmt::Let(vec![*a], Op::Copy(z.clone()))),
+            );
+            Some(out)
         }
         Stmt::For { count, body, .. }
             if body.is_empty() || matches!(count, Operand::I64(n) if *n <= 0) =>

@@ -725,14 +725,34 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
         out.push(Stmt::Let(vec![v], op));
         Operand::Var(v)
     };
+    // The call site the loop's last step would have recorded last where it is not `k`'s (the
+    // step's before its `if`, or its second branch's): recorded after the loop if it ran and
+    // its last step was not `k`'s, so that an error after it reports the site it reported.
+    let site_of = |b: &[Stmt]| {
+        b.iter().rev().find_map(|t| match t {
+            Stmt::Site(n) => Some(*n),
+            _ => None,
+        })
+    };
+    let tail = match body.split_last() {
+        Some((Stmt::If { els, .. }, prefix)) => site_of(els).or_else(|| site_of(prefix)),
+        _ => None,
+    };
+    let at_last = tail.map(|_| fresh_var(vars, Ty::Bool, "last"));
     let set_all = |xs: &[Operand], renamed: &HashMap<Var, Var>| -> Vec<Stmt> {
-        accs.iter()
+        let mut b: Vec<Stmt> = accs
+            .iter()
             .zip(xs)
             .map(|(a, x)| Stmt::Set(*a, renamed_operand(x, renamed)))
-            .collect()
+            .collect();
+        if let (Some(l), true) = (at_last, renamed.is_empty()) {
+            b.push(Stmt::Set(l, Operand::Bool(false)));
+        }
+        b
     };
     let none = HashMap::new();
     let mut out = vec![Stmt::Declare(accs.clone())];
+    out.extend(at_last.map(|l| Stmt::Declare(vec![l])));
     // The step at `k`, from the initial values: the body copied, its index and accumulators
     // bound first.
     let step = |vars: &mut Vec<VarInfo>, at: Operand| -> Vec<Stmt> {
@@ -742,9 +762,18 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             .zip(&init)
             .map(|(a, z)| Stmt::Let(vec![renamed[a]], Op::Copy(z.clone())))
             .collect();
-        b.push(Stmt::Let(vec![renamed[&index]], Op::Copy(at)));
+        b.push(Stmt::Let(vec![renamed[&index]], Op::Copy(at.clone())));
         b.extend(copy);
         b.extend(set_all(&next, &renamed));
+        if let Some(l) = at_last {
+            let last = fresh_var(vars, Ty::I64, "n");
+            let is = fresh_var(vars, Ty::Bool, "last");
+            let n1 = Op::Binary(BinOp::ISub, count.clone(), Operand::I64(1));
+            b.push(Stmt::Let(vec![last], n1));
+            let at_n1 = Op::Binary(BinOp::IEq, at, Operand::Var(last));
+            b.push(Stmt::Let(vec![is], at_n1));
+            b.push(Stmt::Set(l, Operand::Var(is)));
+        }
         b
     };
     // `k` is at least 0 (`lo`) and below the count (`hi`); a real `k` is then an index if it
@@ -755,7 +784,7 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             &mut out,
             Ty::F64,
             "n",
-            Op::Unary(UnOp::I64ToF64, count),
+            Op::Unary(UnOp::I64ToF64, count.clone()),
         );
         let zero = Operand::F64(0.0);
         let lo = let1(
@@ -815,7 +844,7 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
             &mut out,
             Ty::Bool,
             "hi",
-            Op::Binary(BinOp::ILt, sel.k.clone(), count),
+            Op::Binary(BinOp::ILt, sel.k.clone(), count.clone()),
         );
         (lo, hi, step(vars, sel.k))
     };
@@ -831,5 +860,18 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
         then,
         els: set_all(&init, &none),
     });
+    if let (Some(site), Some(l)) = (tail, at_last) {
+        let ran = Op::Binary(BinOp::ILt, Operand::I64(0), count);
+        let ran = let1(vars, &mut out, Ty::Bool, "ran", ran);
+        let not_k = Op::Unary(UnOp::Not, Operand::Var(l));
+        let other = let1(vars, &mut out, Ty::Bool, "last", not_k);
+        let record = Op::Binary(BinOp::And, ran, other);
+        let record = let1(vars, &mut out, Ty::Bool, "ran", record);
+        out.push(Stmt::If {
+            cond: record,
+            then: vec![Stmt::Site(site)],
+            els: vec![],
+        });
+    }
     out
 }
