@@ -67,14 +67,9 @@ struct Step {
 /// Where the consumer is a reduction, as `matrix-sum` of a `matrix-map2` of an outer product
 /// (paper 002's unfused NNMF), no intermediate array is made at all.
 fn fuse_consumers(f: &mut Function) -> bool {
-    let mut reads: HashMap<Var, Reads> = HashMap::new();
-    walk(&f.body, &mut |s| count_reads(s, &mut reads));
+    let reads = count_reads(&f.body);
     // A count that may change would not be the length where the array's was read.
     let changing = assigned(&f.body);
-    reads.retain(|_, r| r.other == 0);
-    for v in &changing {
-        reads.remove(v);
-    }
     let mut fused: Vec<(Var, Operand)> = Vec::new();
     fuse_in(&mut f.body, &reads, &changing, &mut fused);
     if fused.is_empty() {
@@ -83,46 +78,46 @@ fn fuse_consumers(f: &mut Function) -> bool {
     // The lengths of the arrays no longer made are their counts.
     let counts: HashMap<Var, Operand> = fused.into_iter().collect();
     walk_mut(&mut f.body, &mut |s| {
-        if let Stmt::Let(_, op @ Op::Length(Operand::Var(_))) = s {
-            let Op::Length(Operand::Var(a)) = op else {
-                return;
+        if let Stmt::Let(_, op) = s {
+            let n = match op {
+                Op::Length(Operand::Var(a)) => counts.get(a).cloned(),
+                _ => None,
             };
-            if let Some(n) = counts.get(a) {
-                *op = Op::Copy(n.clone());
+            if let Some(n) = n {
+                *op = Op::Copy(n);
             }
         }
     });
     true
 }
 
-/// How a function reads an array variable: by `load`s (at which indices), by `length`, or
-/// otherwise.
+/// How a block reads a variable: as the array of `load`s (how many), or otherwise (as the
+/// array of a `length` is neither).
 #[derive(Default)]
 struct Reads {
-    loads: Vec<Operand>,
-    lengths: usize,
+    loads: usize,
     other: usize,
 }
 
-fn count_reads(s: &Stmt, reads: &mut HashMap<Var, Reads>) {
-    match s {
+fn count_reads(block: &[Stmt]) -> HashMap<Var, Reads> {
+    let mut reads: HashMap<Var, Reads> = HashMap::new();
+    walk(block, &mut |s| match s {
         Stmt::Let(_, Op::Load { array, index, .. }) => {
             if let Operand::Var(a) = array {
-                reads.entry(*a).or_default().loads.push(index.clone());
+                reads.entry(*a).or_default().loads += 1;
             }
             if let Operand::Var(i) = index {
                 reads.entry(*i).or_default().other += 1;
             }
         }
-        Stmt::Let(_, Op::Length(Operand::Var(a))) => reads.entry(*a).or_default().lengths += 1,
+        Stmt::Let(_, Op::Length(_)) => {}
         _ => {
-            for x in stmt_operands(s) {
-                if let Operand::Var(v) = x {
-                    reads.entry(*v).or_default().other += 1;
-                }
+            for v in stmt_operands(s).iter().filter_map(|x| x.var()) {
+                reads.entry(v).or_default().other += 1;
             }
         }
-    }
+    });
+    reads
 }
 
 /// Fuses the producers of `block` and of the blocks nested in it into their consumers, noting
@@ -157,10 +152,7 @@ fn fuse_in(
             // site they started from, and the site after the consumer, which records none,
             // is as it was.
             let between: Vec<Stmt> = block.drain(p..q - 1).collect();
-            let site = between.iter().rev().find_map(|t| match t {
-                Stmt::Site(n) => Some(*n),
-                _ => None,
-            });
+            let site = last_record(&between);
             let kept: Vec<Stmt> = between
                 .into_iter()
                 .filter(|t| !matches!(t, Stmt::Site(_)))
@@ -174,21 +166,9 @@ fn fuse_in(
             let mut top = vec![Stmt::Let(vec![index], Op::Copy(Operand::Var(j)))];
             top.extend(body);
             walk_mut(body_q, &mut |t| {
-                if let Stmt::Let(
-                    _,
-                    op @ Op::Load {
-                        array: Operand::Var(_),
-                        ..
-                    },
-                ) = t
-                {
-                    if let Op::Load {
-                        array: Operand::Var(a),
-                        slot,
-                        ..
-                    } = op
-                    {
-                        if *a == array {
+                if let Stmt::Let(_, op) = t {
+                    if let Op::Load { array: a, slot, .. } = op {
+                        if *a == Operand::Var(array) {
                             *op = Op::Copy(elem[*slot as usize].clone());
                         }
                     }
@@ -228,7 +208,7 @@ fn consumer(
         return None;
     }
     let r = reads.get(array)?;
-    if r.other > 0 || r.loads.is_empty() {
+    if r.other > 0 || r.loads == 0 {
         return None;
     }
     // The statements between: pure computation (the consumer's count among them) and sites.
@@ -278,7 +258,7 @@ fn consumer(
             }
         }
     });
-    if sites || loads_at_j != r.loads.len() {
+    if sites || loads_at_j != r.loads {
         return None;
     }
     // The producer's step: no control leaving it, and nothing the consumer assigns read.
@@ -297,19 +277,11 @@ fn consumer(
                 )
         )
     });
-    let changed = assigned(q_body);
-    let mut reads_changed = false;
-    walk(body, &mut |t| {
-        for x in stmt_operands(t) {
-            reads_changed |= x.var().is_some_and(|v| changed.contains(&v));
-        }
-    });
-    (!leaves && !reads_changed).then_some(q)
+    (!leaves && reads_fixed(&block[p], &assigned(q_body))).then_some(q)
 }
 
 /// What a round of fusion did: nothing, fused arrays of scalars, or fused arrays whose
 /// elements are arrays it builds (a matrix's rows).
-#[derive(PartialEq)]
 enum Fused {
     Nothing,
     Flat,
@@ -373,8 +345,8 @@ fn fuse_builds(f: &mut Function) -> Fused {
     // (`load`, `length`): the row is then built where it is read, and fused into those reads
     // in the next round, so no row is made; a row that went elsewhere would be made once per
     // read instead of once.
-    let rows_read_only = rows_only_read(&f.body, &steps);
-    steps.retain(|a, st| !nested(&st.body) || rows_read_only.contains(a));
+    let rows_read_only = rows_only_read(&f.body);
+    steps.retain(|a, st| !nested(&st.body) || rows_read_only(*a));
     // A step that reads another array being fused waits for the next round (its copies would
     // read an array no longer made).
     let readers: Vec<Var> = steps
@@ -451,10 +423,10 @@ fn nested(body: &[Stmt]) -> bool {
     body.iter().any(|s| matches!(s, Stmt::Build { .. }))
 }
 
-/// The arrays of `steps` every element read of which is only read: the variables the loads
-/// of the array define appear only as the array of a `load` or of a `length`.
-fn rows_only_read(body: &[Stmt], steps: &HashMap<Var, Step>) -> HashSet<Var> {
-    let mut rows: HashMap<Var, Var> = HashMap::new();
+/// Whether every element read of an array is only read: the variables its loads define
+/// appear only as the array of a `load` or of a `length`.
+fn rows_only_read(body: &[Stmt]) -> impl Fn(Var) -> bool {
+    let mut rows: HashMap<Var, Vec<Var>> = HashMap::new();
     walk(body, &mut |s| {
         if let Stmt::Let(
             xs,
@@ -464,25 +436,16 @@ fn rows_only_read(body: &[Stmt], steps: &HashMap<Var, Step>) -> HashSet<Var> {
             },
         ) = s
         {
-            if steps.contains_key(a) {
-                rows.extend(xs.iter().map(|x| (*x, *a)));
-            }
+            rows.entry(*a).or_default().extend(xs);
         }
     });
-    let mut ok: HashSet<Var> = steps.keys().copied().collect();
-    walk(body, &mut |s| {
-        let reads: Vec<&Operand> = match s {
-            Stmt::Let(_, Op::Load { index, .. }) => vec![index],
-            Stmt::Let(_, Op::Length(_)) => vec![],
-            _ => stmt_operands(s),
-        };
-        for x in reads {
-            if let Some(a) = x.var().and_then(|v| rows.get(&v)) {
-                ok.remove(a);
-            }
-        }
-    });
-    ok
+    let reads = count_reads(body);
+    move |a| {
+        rows.get(&a)
+            .into_iter()
+            .flatten()
+            .all(|x| reads.get(x).is_none_or(|r| r.other == 0))
+    }
 }
 
 /// The last call-site record of a loop's step, which is the current site after the loop if
@@ -498,10 +461,15 @@ pub fn last_site(body: &[Stmt]) -> Option<Option<u32>> {
     if nested {
         return None;
     }
-    Some(body.iter().rev().find_map(|t| match t {
+    Some(last_record(body))
+}
+
+/// The last call-site record at the top level of a block.
+pub fn last_record(block: &[Stmt]) -> Option<u32> {
+    block.iter().rev().find_map(|t| match t {
         Stmt::Site(n) => Some(*n),
         _ => None,
-    }))
+    })
 }
 
 /// What replaces a loop that is no longer run, for the call-site record it left: the step's

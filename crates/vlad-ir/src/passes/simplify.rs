@@ -1237,13 +1237,7 @@ fn same_branches(s: &Stmt) -> Option<Vec<Stmt>> {
 /// variables around it.
 fn sets_only_its_own(block: &[Stmt]) -> bool {
     let own: HashSet<Var> = defined_in(block).into_iter().collect();
-    let mut ok = true;
-    walk(block, &mut |s| {
-        if let Stmt::Set(v, _) = s {
-            ok &= own.contains(v);
-        }
-    });
-    ok
+    assigned(block).is_subset(&own)
 }
 
 /// An operation whose only effect is to allocate a new array (its slots written by nothing

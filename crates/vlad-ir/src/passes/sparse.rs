@@ -728,14 +728,10 @@ fn select(s: Stmt, sel: Selection, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     // The call site the loop's last step would have recorded last where it is not `k`'s (the
     // step's before its `if`, or its second branch's): recorded after the loop if it ran and
     // its last step was not `k`'s, so that an error after it reports the site it reported.
-    let site_of = |b: &[Stmt]| {
-        b.iter().rev().find_map(|t| match t {
-            Stmt::Site(n) => Some(*n),
-            _ => None,
-        })
-    };
     let tail = match body.split_last() {
-        Some((Stmt::If { els, .. }, prefix)) => site_of(els).or_else(|| site_of(prefix)),
+        Some((Stmt::If { els, .. }, prefix)) => {
+            fuse::last_record(els).or_else(|| fuse::last_record(prefix))
+        }
         _ => None,
     };
     let at_last = tail.map(|_| fresh_var(vars, Ty::Bool, "last"));
