@@ -3399,3 +3399,107 @@ fn a_matrix_whose_rows_are_only_read_is_not_made() {
     assert_eq!(text.matches("= ifold").count(), 2, "{text}");
     assert!(text.contains("fmul ui"), "{text}");
 }
+
+/// `f0(a0: array(f64), c: bool, n: i64)`: `acc := 0; for i < n { x = a0[i]; if c { acc += x }
+/// else { for j < n { if c { acc += 1 } else { acc -= 1 } } } }; return acc`, where `c` is the
+/// parameter, or (`assigned`) a variable the loop also assigns.
+fn branch_in_a_loop(assigned: bool) -> Program {
+    let mut b = Builder::new();
+    let a0 = b.named_var(Ty::Array(layout(&[Ty::F64])), "a0".into());
+    let c = b.named_var(Ty::Bool, "c".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let acc = b.var(Ty::F64, "acc");
+    b.push(Stmt::Declare(vec![acc]));
+    b.push(Stmt::Set(acc, Operand::F64(0.0)));
+    let cond = if assigned {
+        let v = b.var(Ty::Bool, "v");
+        b.push(Stmt::Declare(vec![v]));
+        b.push(Stmt::Set(v, Operand::Var(c)));
+        v
+    } else {
+        c
+    };
+    let step = |b: &mut Builder, op: BinOp, x: Operand| {
+        let t = b.let1(Ty::F64, "t", Op::Binary(op, Operand::Var(acc), x));
+        b.push(Stmt::Set(acc, Operand::Var(t)));
+    };
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = load(&mut b, Ty::F64, "x", a0, Operand::Var(i));
+    b.open();
+    step(&mut b, BinOp::FAdd, Operand::Var(x));
+    let then = b.close();
+    b.open();
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    b.open();
+    step(&mut b, BinOp::FAdd, Operand::F64(1.0));
+    let inner_then = b.close();
+    b.open();
+    step(&mut b, BinOp::FSub, Operand::F64(1.0));
+    let inner_els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(cond),
+        then: inner_then,
+        els: inner_els,
+    });
+    let inner = b.close();
+    b.push(Stmt::For {
+        index: j,
+        count: Operand::Var(n),
+        body: inner,
+    });
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(cond),
+        then,
+        els,
+    });
+    if assigned {
+        b.push(Stmt::Set(cond, Operand::Var(c)));
+    }
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    program(vec![b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]))])
+}
+
+#[test]
+fn a_loop_branching_on_an_invariant_condition_is_unswitched() {
+    let mut p = branch_in_a_loop(false);
+    verify(&p).unwrap();
+    passes::version::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The condition is tested once, before the loops: the first loop adds x, the second
+    // (with the inner loop) subtracts 1; neither tests it again.
+    assert_eq!(text.matches("if c").count(), 1, "{text}");
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("if c") < at("for i"), "{text}");
+    assert_eq!(text.matches("for ").count(), 3, "{text}");
+    assert_eq!(text.matches("fadd acc").count(), 1, "{text}");
+    assert_eq!(text.matches("fsub acc").count(), 1, "{text}");
+    assert!(!text.contains("fadd acc3, 1.0"), "{text}");
+    assert!(at("fadd acc") < at("} else {"), "{text}");
+    assert!(at("} else {") < at("fsub acc"), "{text}");
+}
+
+#[test]
+fn a_loop_branching_on_a_condition_it_changes_is_not_unswitched() {
+    let mut p = branch_in_a_loop(true);
+    verify(&p).unwrap();
+    passes::version::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The outer loop assigns v: it still tests it in each step. The inner loop does not: it
+    // runs in two versions there.
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("for i") < at("if v"), "{text}");
+    assert_eq!(text.matches("for i").count(), 1, "{text}");
+    assert_eq!(text.matches("for j").count(), 2, "{text}");
+    assert_eq!(text.matches("if v").count(), 2, "{text}");
+}

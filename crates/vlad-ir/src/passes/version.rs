@@ -1,4 +1,13 @@
-//! Loop versioning on index checks. An innermost counted loop whose body checks its counter
+//! Loop versioning, on a condition and on index checks.
+//!
+//! Unswitching: a counted loop whose body branches on a condition that does not change in
+//! the loop (`if c` at the body's top level, `c` neither defined nor assigned there) runs as
+//! two loops, `if c { for .. {then} } else { for .. {else} }`, each copy with the branch
+//! taken (and any other branch on `c` inside it). `passes::sparse`'s guard is such a
+//! condition: the direction's fast step and its slow loop were one loop body, which the C
+//! compiler did not vectorise.
+//!
+//! On index checks: an innermost counted loop whose body checks its counter
 //! against lengths defined outside it (`rt vl_index_i(site, i, n)`: `simplify` left the checks
 //! it could not prove, such as `(get v i)` in a fold over the length of another array) runs
 //! as two versions: when every such length is at least the count, a copy of the body without
@@ -10,16 +19,85 @@ use crate::ir::*;
 use crate::rt::Rt;
 use std::collections::HashSet;
 
-/// The largest loop body copied, in statements.
+/// The largest loop body copied for its index checks, in statements.
 pub const MAX_SIZE: usize = 60;
+
+/// The largest loop body copied for a condition, in statements.
+pub const MAX_UNSWITCH_SIZE: usize = 200;
 
 pub fn run(p: &mut Program) {
     for f in &mut p.funcs {
-        let assigned = assigned(&f.body);
         let mut vars = std::mem::take(&mut f.vars);
+        flat_map(&mut f.body, &mut |s| unswitch(s, &mut vars));
+        let assigned = assigned(&f.body);
         flat_map(&mut f.body, &mut |s| version(s, &assigned, &mut vars));
         f.vars = vars;
     }
+}
+
+/// `for i < n { pre; if c {a} else {b}; post }` as `if c { for i < n { pre; a; post } } else
+/// { for i' < n { pre'; b'; post' } }` (the second copy's variables fresh), for the first
+/// top-level `if` whose condition the loop does not change. Inner loops were unswitched
+/// first (`flat_map` visits children first), so a condition invariant in a loop nest is
+/// tested once, outside it.
+fn unswitch(s: Stmt, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+    let Stmt::For { index, count, body } = s else {
+        return vec![s];
+    };
+    let branches = body.iter().any(|s| {
+        matches!(
+            s,
+            Stmt::If {
+                cond: Operand::Var(_),
+                ..
+            }
+        )
+    });
+    if !branches || size(&body) > MAX_UNSWITCH_SIZE {
+        return vec![Stmt::For { index, count, body }];
+    }
+    let (defined, changed) = (defined_in(&body), assigned(&body));
+    let cond = body.iter().find_map(|s| match s {
+        Stmt::If {
+            cond: Operand::Var(c),
+            ..
+        } if !defined.contains(c) && !changed.contains(c) => Some(Operand::Var(*c)),
+        _ => None,
+    });
+    let Some(cond) = cond else {
+        return vec![Stmt::For { index, count, body }];
+    };
+    let mut then = body;
+    let (mut els, renamed) = copy_fresh(&then, &[index], vars);
+    take_branch(&mut then, &cond, true);
+    take_branch(&mut els, &cond, false);
+    vec![Stmt::If {
+        cond,
+        then: vec![Stmt::For {
+            index,
+            count: count.clone(),
+            body: then,
+        }],
+        els: vec![Stmt::For {
+            index: renamed[&index],
+            count,
+            body: els,
+        }],
+    }]
+}
+
+/// Replaces every `if cond` of `block`, nested ones included, by its branch for `value`.
+fn take_branch(block: &mut Block, cond: &Operand, value: bool) {
+    flat_map(block, &mut |s| match s {
+        Stmt::If { cond: c, then, els } if c == *cond => {
+            if value {
+                then
+            } else {
+                els
+            }
+        }
+        other => vec![other],
+    });
 }
 
 fn version(s: Stmt, assigned: &HashSet<Var>, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
