@@ -3503,3 +3503,45 @@ fn a_loop_branching_on_a_condition_it_changes_is_not_unswitched() {
     assert_eq!(text.matches("for j").count(), 2, "{text}");
     assert_eq!(text.matches("if v").count(), 2, "{text}");
 }
+
+#[test]
+fn the_scalar_optimisation_is_checked_after_each_sub_pass() {
+    // Forward `grad` of a dot product: `sparse` guards its fold. Every sub-pass leaves a
+    // function the verifier accepts.
+    let mut f = forward_grad_dot(0.0);
+    let mut passes_seen = Vec::new();
+    passes::scalar_optimise_checked(&mut f, &mut |f, pass| {
+        passes_seen.push(pass.to_string());
+        verify(&program(vec![f.clone()])).map_err(|e| e.message)
+    })
+    .unwrap();
+    assert_eq!(passes_seen[0], "simplify");
+    assert!(
+        passes_seen.contains(&"sparse".to_string()),
+        "{passes_seen:?}"
+    );
+    assert!(passes_seen.contains(&"scalars::replace".to_string()));
+    // A failing check ends it, named by its sub-pass.
+    let mut f = forward_grad_dot(0.0);
+    let e = passes::scalar_optimise_checked(&mut f, &mut |_, pass| match pass {
+        "sparse" => Err("broken".into()),
+        _ => Ok(()),
+    })
+    .unwrap_err();
+    assert_eq!(e, "after sparse: broken");
+    // The pipeline verifies each function after inlining, before its scalar optimisation.
+    let mut b = Builder::new();
+    b.open();
+    let t = b.let1(Ty::F64, "t", Op::Copy(Operand::F64(1.0)));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Bool(true),
+        then,
+        els: vec![],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(t)]));
+    let mut p = program(vec![b.finish(spec(0), vec![], layout(&[Ty::F64]))]);
+    let e = passes::inline::run_checked(&mut p, true).unwrap_err();
+    assert!(e.message.starts_with("after inlining: "), "{e}");
+    assert!(e.message.contains("out of its scope"), "{e}");
+}

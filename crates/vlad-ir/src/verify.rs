@@ -61,7 +61,8 @@ struct Checker<'a> {
     member: Option<&'a MachineMember>,
 }
 
-fn verify_function(p: &Program, f: &Function) -> R {
+/// Verifies one function of `p` (its calls against the signatures of their callees in `p`).
+pub(crate) fn verify_function(p: &Program, f: &Function) -> R {
     let mut c = Checker {
         p,
         f,

@@ -19,6 +19,7 @@
 
 use crate::ir::*;
 use crate::passes::marks;
+use crate::verify::{verify_function, VerifyError};
 
 /// The largest callee inlined, in statements (nested ones included, call-site records not),
 /// after its own scalar optimisation: enough for the steps of numerical loops and for the
@@ -71,6 +72,12 @@ fn returns_small_arrays(f: &Function) -> bool {
 }
 
 pub fn run(p: &mut Program) {
+    run_checked(p, false).expect("nothing verified");
+}
+
+/// `run`, with the verifier (`verify`) on each function after its calls are inlined and after
+/// each sub-pass of its scalar optimisation.
+pub fn run_checked(p: &mut Program, verify: bool) -> Result<(), VerifyError> {
     let allocating = marks::allocating(p);
     let edges = call_graph(p);
     // How many calls each function has in the program: a larger callee is inlined only where
@@ -115,7 +122,11 @@ pub fn run(p: &mut Program) {
                 p.funcs[id].vars = vars;
                 p.funcs[id].body = body;
             }
-            super::scalar_optimise(&mut p.funcs[id]);
+            if verify {
+                optimise_verified(p, id)?;
+            } else {
+                super::scalar_optimise(&mut p.funcs[id]);
+            }
             let f = &p.funcs[id];
             // A call whose results hold a pointer is never bracketed by a mark: inlining it
             // keeps nothing longer than the call did. Only flat arrays, though: inlining
@@ -137,6 +148,33 @@ pub fn run(p: &mut Program) {
             ok[id] = !recursive && (unmarked || !allocates[id]) && inlinable(f, limit);
         }
     }
+    Ok(())
+}
+
+/// The scalar optimisation of function `id`, verified after its inlining and after each
+/// sub-pass. The function is taken out of the program while it changes: in its place, one of
+/// its signature with no body, against which its calls of itself are checked.
+fn optimise_verified(p: &mut Program, id: usize) -> Result<(), VerifyError> {
+    let f = &p.funcs[id];
+    let stub = Function {
+        kind: f.kind.clone(),
+        params: f.params.clone(),
+        results: f.results.clone(),
+        vars: f.vars.clone(),
+        body: Vec::new(),
+        cold: f.cold,
+    };
+    let mut f = std::mem::replace(&mut p.funcs[id], stub);
+    let name = p.func_name(FuncId(id as u32));
+    let mut check = |f: &Function, _: &str| verify_function(p, f);
+    let result = check(&f, "inlining")
+        .map_err(|m| format!("after inlining: {m}"))
+        .and_then(|()| super::scalar_optimise_checked(&mut f, &mut check));
+    p.funcs[id] = f;
+    result.map_err(|message| VerifyError {
+        func: name,
+        message,
+    })
 }
 
 /// Whether a function (already known not to recurse) may be inlined: a small

@@ -55,22 +55,45 @@ pub struct Stats {
 /// `scalars::replace`, `simplify` (unrolling a small loop makes the indices of its reads
 /// constants, and the arrays it reads can then be replaced in turn).
 pub fn scalar_optimise(f: &mut Function) {
+    scalar_optimise_checked(f, &mut |_, _| Ok(())).expect("no check to fail");
+}
+
+/// `scalar_optimise`, with `check` called on the function after each of its sub-passes (the
+/// verifier, when the pipeline verifies): the first failure, with the sub-pass's name, ends it.
+pub fn scalar_optimise_checked(
+    f: &mut Function,
+    check: &mut dyn FnMut(&Function, &str) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut after =
+        |f: &Function, pass: &str| check(f, pass).map_err(|m| format!("after {pass}: {m}"));
     simplify::function(f);
+    after(f, "simplify")?;
     if fuse::function(f) {
+        after(f, "fuse")?;
         simplify::function(f);
+        after(f, "simplify (after fuse)")?;
     }
     if fission::function(f) {
+        after(f, "fission")?;
         simplify::function(f);
+        after(f, "simplify (after fission)")?;
     }
     if sparse::function(f) {
+        after(f, "sparse")?;
         simplify::function(f);
+        after(f, "simplify (after sparse)")?;
     }
     for _ in 0..2 {
         scalars::unroll(f);
+        after(f, "scalars::unroll")?;
         simplify::function(f);
+        after(f, "simplify (after unroll)")?;
         scalars::replace(f);
+        after(f, "scalars::replace")?;
         simplify::function(f);
+        after(f, "simplify (after replace)")?;
     }
+    Ok(())
 }
 
 /// The passes, in order, over a program fresh from the lowering.
@@ -85,7 +108,7 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
         Ok(())
     };
     check(p, "the lowering")?;
-    inline::run(p);
+    inline::run_checked(p, opts.verify)?;
     check(p, "inlining and scalar optimisation")?;
     reuse::run(p);
     check(p, "values stored for a later loop")?;
