@@ -3545,3 +3545,142 @@ fn the_scalar_optimisation_is_checked_after_each_sub_pass() {
     assert!(e.message.starts_with("after inlining: "), "{e}");
     assert!(e.message.contains("out of its scope"), "{e}");
 }
+
+/// `f0(x: f64, y: f64)` calls `f1` with each of `calls` (0 for x, 1 for y), and f1's third
+/// parameter is assigned where `assigns`; f1 returns the sum of its parameters.
+fn calls_with_equal_arguments(calls: &[[usize; 3]], assigns: bool) -> Program {
+    let mut b = Builder::new();
+    let x = b.named_var(Ty::F64, "x".into());
+    let y = b.named_var(Ty::F64, "y".into());
+    let call = |b: &mut Builder, args: [Var; 3]| {
+        b.let1(
+            Ty::F64,
+            "t",
+            Op::Call {
+                func: FuncId(1),
+                args: args.iter().copied().map(Operand::Var).collect(),
+                guard: None,
+            },
+        )
+    };
+    let mut t = x;
+    for args in calls {
+        t = call(&mut b, args.map(|k| [x, y][k]));
+    }
+    b.push(Stmt::Return(vec![Operand::Var(t)]));
+    let main = b.finish(spec(0), vec![x, y], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a: Vec<Var> = (0..3)
+        .map(|k| b.named_var(Ty::F64, format!("a{k}")))
+        .collect();
+    if assigns {
+        b.push(Stmt::Set(a[2], Operand::F64(1.0)));
+    }
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(a[0]), Operand::Var(a[1])),
+    );
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(a[2])),
+    );
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let callee = b.finish(spec(1), a, layout(&[Ty::F64]));
+    Program {
+        main: Some(FuncId(0)),
+        ..program(vec![main, callee])
+    }
+}
+
+#[test]
+fn a_parameter_every_call_gives_another_ones_value_is_read_as_that_one() {
+    let mut p = calls_with_equal_arguments(&[[0, 0, 1]], false);
+    verify(&p).unwrap();
+    assert!(passes::same_args::run(&mut p));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(1));
+    assert!(text.contains("= fadd a0, a0"), "{text}");
+    assert!(text.contains(", a2\n"), "{text}");
+    // The entry point is called from outside: its parameters stay.
+    assert!(crate::print::function(&p, FuncId(0)).contains("call f1(x, x, y)"));
+    // `unread` drops the parameter no one reads now, and the callers' argument.
+    passes::unread::run(&mut p);
+    verify(&p).unwrap();
+    assert!(crate::print::program(&p).contains("call f1(x, y)"));
+
+    // Calls that pass different values for a1 (x, then y), or a2 assigned: nothing changes.
+    for (calls, assigns) in [
+        (&[[0, 0, 1], [0, 1, 1]], false),
+        (&[[0, 1, 1], [0, 1, 1]], true),
+    ] {
+        let mut p = calls_with_equal_arguments(calls, assigns);
+        let before = crate::print::program(&p);
+        assert!(!passes::same_args::run(&mut p), "{before}");
+        assert_eq!(crate::print::program(&p), before);
+    }
+}
+
+#[test]
+fn an_array_built_with_a_variable_count_has_that_length() {
+    // b = build count n { i as f64 }; s = ifold count n { s + b[i] checked against length b }
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::I64, "n".into());
+    let arr = b.var(Ty::Array(layout(&[Ty::F64])), "b");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.let1(Ty::F64, "x", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: arr,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(x)],
+    });
+    let len = b.let1(Ty::I64, "len", Op::Length(Operand::Var(arr)));
+    let s = b.var(Ty::F64, "s");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(1), Operand::Var(j), Operand::Var(len)],
+        ),
+    );
+    let y = load(&mut b, Ty::F64, "y", arr, Operand::Var(k));
+    let z = b.let1(
+        Ty::F64,
+        "z",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(y)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: j,
+        body,
+        next: vec![Operand::Var(z)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    let mut p = Program {
+        sites: vec![site; 2],
+        ..program(vec![b.finish(spec(0), vec![n], layout(&[Ty::F64]))])
+    };
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The length is n, and j < n: no check.
+    assert!(!text.contains("length"), "{text}");
+    assert!(!text.contains("vl_index"), "{text}");
+}

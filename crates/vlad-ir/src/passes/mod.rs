@@ -12,6 +12,7 @@ pub mod loops;
 pub mod machines;
 pub mod marks;
 pub mod reuse;
+pub mod same_args;
 pub mod scalars;
 pub mod simplify;
 pub mod sites;
@@ -108,6 +109,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
         Ok(())
     };
     check(p, "the lowering")?;
+    same_args::run(p);
+    check(p, "parameters every call passes one value")?;
     inline::run_checked(p, opts.verify)?;
     check(p, "inlining and scalar optimisation")?;
     reuse::run(p);

@@ -36,6 +36,7 @@ pub fn function(f: &mut Function) {
         natural: HashSet::new(),
         avail: vec![HashMap::new()],
         lengths: HashMap::new(),
+        counted: HashMap::new(),
         integers: HashMap::new(),
         facts: Vec::new(),
         nonempty: Vec::new(),
@@ -113,6 +114,9 @@ struct Cx {
     /// Arrays whose length is a constant (built with a constant count, or a join of such
     /// arrays: `joined_lengths`).
     lengths: HashMap<Var, i64>,
+    /// Arrays made with a count that is a variable no one assigns: their length is that
+    /// variable (a loop over one read with the other's index needs no check).
+    counted: HashMap<Var, Var>,
     /// Reals that are integers computed as such too (`integer_sum`).
     integers: HashMap<Var, Operand>,
     /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
@@ -206,6 +210,16 @@ impl Cx {
             } = &s
             {
                 self.lengths.insert(*array, *n);
+            }
+            if let Stmt::Build {
+                array,
+                count: Operand::Var(n),
+                ..
+            } = &s
+            {
+                if !self.assigned.contains(n) {
+                    self.counted.insert(*array, *n);
+                }
             }
             out.push(s);
             if ends {
@@ -761,6 +775,9 @@ impl Cx {
             Op::Length(Operand::Var(a)) if self.lengths.contains_key(a) => {
                 Some(Op::Copy(Operand::I64(self.lengths[a])))
             }
+            Op::Length(Operand::Var(a)) if self.counted.contains_key(a) => {
+                Some(Op::Copy(Operand::Var(self.counted[a])))
+            }
             Op::Binary(op, x, y) if x == y && self.same_operands(*op, x).is_some() => {
                 self.same_operands(*op, x)
             }
@@ -847,6 +864,12 @@ impl Cx {
                 ..
             } => {
                 self.lengths.insert(v, *n);
+            }
+            Op::NewArray {
+                count: Operand::Var(n),
+                ..
+            } if !self.assigned.contains(n) => {
+                self.counted.insert(v, *n);
             }
             _ => {}
         }
