@@ -86,9 +86,8 @@ fn the_verifier_rejects_an_unknown_callee() {
     assert!(e.message.contains("f7, which does not exist"), "{e}");
 }
 
-#[test]
-fn the_verifier_rejects_a_use_out_of_scope() {
-    // if #t { t = 1.0 } ; return t
+/// `if #t { t = 1.0 } ; return t`: t used out of its scope.
+fn use_out_of_scope() -> Function {
     let mut b = Builder::new();
     b.open();
     let t = b.let1(Ty::F64, "t", Op::Copy(Operand::F64(1.0)));
@@ -99,8 +98,12 @@ fn the_verifier_rejects_a_use_out_of_scope() {
         els: vec![],
     });
     b.push(Stmt::Return(vec![Operand::Var(t)]));
-    let f = b.finish(spec(0), vec![], layout(&[Ty::F64]));
-    let e = verify(&program(vec![f])).unwrap_err();
+    b.finish(spec(0), vec![], layout(&[Ty::F64]))
+}
+
+#[test]
+fn the_verifier_rejects_a_use_out_of_scope() {
+    let e = verify(&program(vec![use_out_of_scope()])).unwrap_err();
     assert!(e.message.contains("t0 is used out of its scope"), "{e}");
 }
 
@@ -3530,17 +3533,7 @@ fn the_scalar_optimisation_is_checked_after_each_sub_pass() {
     .unwrap_err();
     assert_eq!(e, "after sparse: broken");
     // The pipeline verifies each function after inlining, before its scalar optimisation.
-    let mut b = Builder::new();
-    b.open();
-    let t = b.let1(Ty::F64, "t", Op::Copy(Operand::F64(1.0)));
-    let then = b.close();
-    b.push(Stmt::If {
-        cond: Operand::Bool(true),
-        then,
-        els: vec![],
-    });
-    b.push(Stmt::Return(vec![Operand::Var(t)]));
-    let mut p = program(vec![b.finish(spec(0), vec![], layout(&[Ty::F64]))]);
+    let mut p = program(vec![use_out_of_scope()]);
     let e = passes::inline::run_checked(&mut p, true).unwrap_err();
     assert!(e.message.starts_with("after inlining: "), "{e}");
     assert!(e.message.contains("out of its scope"), "{e}");

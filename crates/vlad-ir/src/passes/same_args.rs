@@ -20,21 +20,7 @@ use std::collections::HashMap;
 
 /// Merges the parameters that every call passes equal values; whether any were.
 pub fn run(p: &mut Program) -> bool {
-    let mut known: Vec<bool> = p
-        .ids()
-        .map(|id| {
-            Some(id) != p.main
-                && Some(id) != p.init
-                && matches!(p.func(id).kind, FuncKind::Specialised { .. })
-        })
-        .collect();
-    for f in &p.funcs {
-        walk(&f.body, &mut |s| {
-            if let Stmt::Let(_, Op::Call { guard: Some(g), .. }) = s {
-                known[g.0 as usize] = false;
-            }
-        });
-    }
+    let known = internal(p);
     // Per function, the parameters read as another already.
     let mut merged: Vec<HashMap<Var, Var>> = vec![HashMap::new(); p.funcs.len()];
     let mut any = false;
@@ -58,6 +44,27 @@ pub fn run(p: &mut Program) -> bool {
         }
         any = true;
     }
+}
+
+/// Per function: whether all its callers are calls in the program that it may change with
+/// them: a specialised function, not an entry point, not a guard.
+pub(crate) fn internal(p: &Program) -> Vec<bool> {
+    let mut internal: Vec<bool> = p
+        .ids()
+        .map(|id| {
+            Some(id) != p.main
+                && Some(id) != p.init
+                && matches!(p.func(id).kind, FuncKind::Specialised { .. })
+        })
+        .collect();
+    for f in &p.funcs {
+        walk(&f.body, &mut |s| {
+            if let Stmt::Let(_, Op::Call { guard: Some(g), .. }) = s {
+                internal[g.0 as usize] = false;
+            }
+        });
+    }
+    internal
 }
 
 /// Each function's calls, by its index: the argument list of each.

@@ -90,25 +90,14 @@ struct Analysis {
 
 impl Analysis {
     fn new(p: &Program) -> Analysis {
-        let mut changeable: Vec<bool> = p
-            .ids()
-            .map(|id| {
-                Some(id) != p.main
-                    && Some(id) != p.init
-                    && matches!(p.func(id).kind, FuncKind::Specialised { .. })
-            })
-            .collect();
+        let mut changeable = super::same_args::internal(p);
         for (i, f) in p.funcs.iter().enumerate() {
-            walk(&f.body, &mut |s| match s {
-                Stmt::Let(_, Op::Call { guard: Some(g), .. }) => {
-                    changeable[g.0 as usize] = false;
-                }
+            walk(&f.body, &mut |s| {
                 // Both return the callee's results.
-                Stmt::TailCall { func, .. } => {
+                if let Stmt::TailCall { func, .. } = s {
                     changeable[func.0 as usize] = false;
                     changeable[i] = false;
                 }
-                _ => {}
             });
         }
         let mut a = Analysis {
