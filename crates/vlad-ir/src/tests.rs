@@ -3677,3 +3677,123 @@ fn an_array_built_with_a_variable_count_has_that_length() {
     assert!(!text.contains("length"), "{text}");
     assert!(!text.contains("vl_index"), "{text}");
 }
+
+/// `ok := #t; for i < n { ok := ok and a[i] * 0 = 0 }; b = new array count n; if ok { for j < n
+/// { b[j] = a[j] + 1 } } else { for k < n { b[k] = a[k] - 1 } }; return b`: a guard, and the
+/// two loops on it. Where `adds`, the fast loop also adds into an accumulator declared
+/// before the guard.
+fn guard_then_two_loops(adds: bool) -> Program {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let acc = b.var(Ty::F64, "acc");
+    b.push(Stmt::Declare(vec![acc]));
+    b.push(Stmt::Set(acc, Operand::F64(0.0)));
+    let ok = b.var(Ty::Bool, "ok");
+    b.push(Stmt::Declare(vec![ok]));
+    b.push(Stmt::Set(ok, Operand::Bool(true)));
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(i));
+    let z = b.let1(
+        Ty::F64,
+        "z",
+        Op::Binary(BinOp::FMul, Operand::Var(x), Operand::F64(0.0)),
+    );
+    let e = b.let1(
+        Ty::Bool,
+        "e",
+        Op::Binary(BinOp::FEq, Operand::Var(z), Operand::F64(0.0)),
+    );
+    let o = b.let1(
+        Ty::Bool,
+        "o",
+        Op::Binary(BinOp::And, Operand::Var(ok), Operand::Var(e)),
+    );
+    b.push(Stmt::Set(ok, Operand::Var(o)));
+    let guard = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body: guard,
+    });
+    let out = b.let1(
+        arr,
+        "b",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::Var(n),
+        },
+    );
+    let step = |b: &mut Builder, op: BinOp, with_acc: bool| {
+        let j = b.var(Ty::I64, "j");
+        b.open();
+        b.push(Stmt::Site(1));
+        let y = load(b, Ty::F64, "y", a, Operand::Var(j));
+        let w = b.let1(
+            Ty::F64,
+            "w",
+            Op::Binary(op, Operand::Var(y), Operand::F64(1.0)),
+        );
+        if with_acc {
+            let t = b.let1(
+                Ty::F64,
+                "t",
+                Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(w)),
+            );
+            b.push(Stmt::Set(acc, Operand::Var(t)));
+        }
+        b.push(Stmt::Store {
+            array: Operand::Var(out),
+            index: Operand::Var(j),
+            slot: 0,
+            value: Operand::Var(w),
+        });
+        let body = b.close();
+        vec![Stmt::For {
+            index: j,
+            count: Operand::Var(n),
+            body,
+        }]
+    };
+    let then = step(&mut b, BinOp::FAdd, adds);
+    let els = step(&mut b, BinOp::FSub, adds);
+    b.push(Stmt::If {
+        cond: Operand::Var(ok),
+        then,
+        els,
+    });
+    b.push(Stmt::Return(vec![Operand::Var(out), Operand::Var(acc)]));
+    let results = layout(&[Ty::Array(layout(&[Ty::F64])), Ty::F64]);
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    Program {
+        sites: vec![site; 2],
+        ..program(vec![b.finish(spec(0), vec![a, n], results)])
+    }
+}
+
+#[test]
+fn a_guard_runs_in_the_loop_of_the_step_it_guards() {
+    let mut p = guard_then_two_loops(false);
+    verify(&p).unwrap();
+    passes::version::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // One loop computes the guard and the fast step; the slow loop runs if the guard failed.
+    assert_eq!(text.matches("for ").count(), 2, "{text}");
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("for j") < at("= feq"), "{text}");
+    assert!(at("= feq") < at("= fadd"), "{text}");
+    assert!(at("= fadd") < at("if ok"), "{text}");
+    assert!(at("if ok") < at("fsub"), "{text}");
+    assert!(!text.contains("for i"), "{text}");
+    // A fast loop that adds into an accumulator would add twice where the guard fails.
+    let mut p = guard_then_two_loops(true);
+    let before = crate::print::function(&p, FuncId(0));
+    passes::version::run(&mut p);
+    assert_eq!(crate::print::function(&p, FuncId(0)), before);
+}
