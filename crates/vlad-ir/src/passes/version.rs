@@ -14,7 +14,9 @@
 //! loop if the condition does not hold: `for i { guard; fast }; if !ok { for i {slow} }`.
 //! The slow loop writes every element the fast one wrote, and the fast step's values where
 //! the condition fails (a NaN from `inf * 0`) are never read. One pass over the data fewer:
-//! at sizes that leave the cache, the guard's reads were a third of the memory traffic.
+//! at sizes that leave the cache, the guard's reads were a third of the memory traffic. The
+//! slow loop must record its call site before it can fail (the copies of one body do), or its
+//! error would report the fast loop's last site.
 //!
 //! On index checks: an innermost counted loop whose body checks its counter
 //! against lengths defined outside it (`rt vl_index_i(site, i, n)`: `simplify` left the checks
@@ -259,7 +261,12 @@ fn speculation(block: &[Stmt], g: usize) -> Option<usize> {
         }
         s => crate::passes::fuse::pure(std::slice::from_ref(s)),
     });
-    (quiet && !converts && !reads_guard && !fs.is_empty() && fs == ss).then_some(at)
+    // The slow loop, run after the fast one, fails where it failed before only if it records
+    // its site before it can fail: else an error there would report the fast loop's last.
+    let mut records = false;
+    walk(fast, &mut |s| records |= matches!(s, Stmt::Site(_)));
+    let sited = !records || matches!(slow.first(), Some(Stmt::Site(_)));
+    (quiet && sited && !converts && !reads_guard && !fs.is_empty() && fs == ss).then_some(at)
 }
 
 /// Whether every `Set` in `s` assigns one of `own`.
