@@ -3471,13 +3471,18 @@ fn branch_in_a_loop(assigned: bool) -> Program {
     program(vec![b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]))])
 }
 
+/// Function f0 of `p` as printed after `passes::version`, the program verified before and
+/// after it.
+fn f0_after_version(p: &mut Program) -> String {
+    verify(p).unwrap();
+    passes::version::run(p);
+    verify(p).unwrap();
+    crate::print::function(p, FuncId(0))
+}
+
 #[test]
 fn a_loop_branching_on_an_invariant_condition_is_unswitched() {
-    let mut p = branch_in_a_loop(false);
-    verify(&p).unwrap();
-    passes::version::run(&mut p);
-    verify(&p).unwrap();
-    let text = crate::print::function(&p, FuncId(0));
+    let text = f0_after_version(&mut branch_in_a_loop(false));
     // The condition is tested once, before the loops: the first loop adds x, the second
     // (with the inner loop) subtracts 1; neither tests it again.
     assert_eq!(text.matches("if c").count(), 1, "{text}");
@@ -3493,11 +3498,7 @@ fn a_loop_branching_on_an_invariant_condition_is_unswitched() {
 
 #[test]
 fn a_loop_branching_on_a_condition_it_changes_is_not_unswitched() {
-    let mut p = branch_in_a_loop(true);
-    verify(&p).unwrap();
-    passes::version::run(&mut p);
-    verify(&p).unwrap();
-    let text = crate::print::function(&p, FuncId(0));
+    let text = f0_after_version(&mut branch_in_a_loop(true));
     // The outer loop assigns v: it still tests it in each step. The inner loop does not: it
     // runs in two versions there.
     let at = |needle: &str| text.find(needle).expect(needle);
@@ -3661,14 +3662,7 @@ fn an_array_built_with_a_variable_count_has_that_length() {
         next: vec![Operand::Var(z)],
     });
     b.push(Stmt::Return(vec![Operand::Var(s)]));
-    let site = Site {
-        prefix: "t.vlad:1:1: error: ".into(),
-        excerpt: None,
-    };
-    let mut p = Program {
-        sites: vec![site; 2],
-        ..program(vec![b.finish(spec(0), vec![n], layout(&[Ty::F64]))])
-    };
+    let mut p = with_sites(b.finish(spec(0), vec![n], layout(&[Ty::F64])));
     verify(&p).unwrap();
     passes::simplify::run(&mut p);
     verify(&p).unwrap();
@@ -3766,23 +3760,12 @@ fn guard_then_two_loops(adds: bool) -> Program {
     });
     b.push(Stmt::Return(vec![Operand::Var(out), Operand::Var(acc)]));
     let results = layout(&[Ty::Array(layout(&[Ty::F64])), Ty::F64]);
-    let site = Site {
-        prefix: "t.vlad:1:1: error: ".into(),
-        excerpt: None,
-    };
-    Program {
-        sites: vec![site; 2],
-        ..program(vec![b.finish(spec(0), vec![a, n], results)])
-    }
+    with_sites(b.finish(spec(0), vec![a, n], results))
 }
 
 #[test]
 fn a_guard_runs_in_the_loop_of_the_step_it_guards() {
-    let mut p = guard_then_two_loops(false);
-    verify(&p).unwrap();
-    passes::version::run(&mut p);
-    verify(&p).unwrap();
-    let text = crate::print::function(&p, FuncId(0));
+    let text = f0_after_version(&mut guard_then_two_loops(false));
     // One loop computes the guard and the fast step; the slow loop runs if the guard failed.
     assert_eq!(text.matches("for ").count(), 2, "{text}");
     let at = |needle: &str| text.find(needle).expect(needle);
@@ -3794,6 +3777,5 @@ fn a_guard_runs_in_the_loop_of_the_step_it_guards() {
     // A fast loop that adds into an accumulator would add twice where the guard fails.
     let mut p = guard_then_two_loops(true);
     let before = crate::print::function(&p, FuncId(0));
-    passes::version::run(&mut p);
-    assert_eq!(crate::print::function(&p, FuncId(0)), before);
+    assert_eq!(f0_after_version(&mut p), before);
 }

@@ -1258,7 +1258,7 @@ fn same_branches(s: &Stmt) -> Option<Vec<Stmt>> {
 
 /// Whether every variable a block assigns is one it declares: running it has no effect on the
 /// variables around it.
-fn sets_only_its_own(block: &[Stmt]) -> bool {
+pub(crate) fn sets_only_its_own(block: &[Stmt]) -> bool {
     let own: HashSet<Var> = defined_in(block).into_iter().collect();
     assigned(block).is_subset(&own)
 }

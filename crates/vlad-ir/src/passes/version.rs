@@ -248,36 +248,20 @@ fn speculation(block: &[Stmt], g: usize) -> Option<usize> {
     };
     // The fast step: nothing but computing, its own variables and those stores; no
     // conversion to an integer (undefined in C for the values a failed guard lets through).
-    let own: HashSet<Var> = defined_in(fast).into_iter().collect();
     let mut converts = false;
     walk(fast, &mut |s| {
         converts |= matches!(s, Stmt::Let(_, Op::Unary(UnOp::F64ToI64, _)))
     });
-    let quiet = fast.iter().all(|s| match s {
-        Stmt::Store { .. } => true,
-        Stmt::Set(v, _) => own.contains(v),
-        Stmt::If { .. } | Stmt::For { .. } | Stmt::Switch { .. } => {
-            crate::passes::fuse::pure(std::slice::from_ref(s)) && sets_own(s, &own)
-        }
-        s => crate::passes::fuse::pure(std::slice::from_ref(s)),
-    });
+    let quiet = crate::passes::simplify::sets_only_its_own(fast)
+        && fast.iter().all(|s| {
+            matches!(s, Stmt::Store { .. }) || crate::passes::fuse::pure(std::slice::from_ref(s))
+        });
     // The slow loop, run after the fast one, fails where it failed before only if it records
     // its site before it can fail: else an error there would report the fast loop's last.
     let mut records = false;
     walk(fast, &mut |s| records |= matches!(s, Stmt::Site(_)));
     let sited = !records || matches!(slow.first(), Some(Stmt::Site(_)));
     (quiet && sited && !converts && !reads_guard && !fs.is_empty() && fs == ss).then_some(at)
-}
-
-/// Whether every `Set` in `s` assigns one of `own`.
-fn sets_own(s: &Stmt, own: &HashSet<Var>) -> bool {
-    let mut ok = true;
-    walk(std::slice::from_ref(s), &mut |t| {
-        if let Stmt::Set(v, _) = t {
-            ok &= own.contains(v);
-        }
-    });
-    ok
 }
 
 /// Replaces every `if cond` of `block`, nested ones included, by its branch for `value`.
