@@ -124,16 +124,21 @@ enum Command {
 /// risk an overflow on legitimate programs such as a million-deep non-tail recursion.
 const STACK_BYTES: usize = 1 << 33;
 
-/// The system allocator, but for what happens when it fails: Rust's default is to abort with
-/// `memory allocation of N bytes failed` (and a core dump); `vlad` reports running out of
-/// memory and exits as a compiled program does (`runtime.c`: the same message and status).
+/// mimalloc, but for what happens when it fails: Rust's default is to abort with `memory
+/// allocation of N bytes failed` (and a core dump); `vlad` reports running out of memory and
+/// exits as a compiled program does (`runtime.c`: the same message and status).
+///
+/// Why not the system allocator: the evaluator and the compiler's passes allocate and free
+/// small values (pairs, closures, tagged scalars, IR nodes) at a high rate, and glibc's malloc
+/// and free were about a fifth of the evaluator's time on the saddle and particle examples;
+/// mimalloc makes those runs and `vlad compile` faster (benches/README.md, "CI time").
 struct Allocator;
 
-// SAFETY: every call is the system allocator's, with the same arguments; only a null result,
-// which would be returned to a caller that then aborts, instead ends the process.
+// SAFETY: every call is mimalloc's, with the same arguments; only a null result, which would
+// be returned to a caller that then aborts, instead ends the process.
 unsafe impl std::alloc::GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc(layout) };
+        let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
         if p.is_null() {
             out_of_memory();
         }
@@ -141,7 +146,7 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
         if p.is_null() {
             out_of_memory();
         }
@@ -149,7 +154,7 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
-        let p = unsafe { std::alloc::System.realloc(ptr, layout, size) };
+        let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, size) };
         if p.is_null() {
             out_of_memory();
         }
@@ -157,7 +162,7 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
     }
 }
 
