@@ -215,6 +215,9 @@ fn same_output(a: &str, b: &str) -> bool {
 /// Each program gets a cache of its own: a native run leaves one record of the source cache
 /// there (`KEY.src`), a run in the evaluator none.
 fn compare(root: &Path, rel: &str) -> Result<bool, String> {
+    if PARTICLES.contains(&rel) {
+        return compare_particle(root, rel);
+    }
     let cache = tempfile::tempdir().expect("a cache directory");
     let cache = cache.path();
     // The examples' C is compiled as a user's is (`-O3`); the test programs' at `-O1`, as the
@@ -256,10 +259,11 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
     let (nout, nerr) = texts(&native);
     let (eout, eerr) = texts(&eval);
     // Every call of a deep recursive component in its explicit-stack machine (passes/machines.rs).
+    // Compiled as the native run was, so that it runs that executable from the cache.
     let machine = vlad_env(
         root,
         cache,
-        &[MACHINES_ONLY, COLLECT_OFTEN, QUICK_CC],
+        &[&[MACHINES_ONLY, COLLECT_OFTEN], cc].concat(),
         &["run", rel],
     );
     let (mout, merr) = texts(&machine);
@@ -284,6 +288,49 @@ fn compare(root: &Path, rel: &str) -> Result<bool, String> {
         eprintln!("not compiled: {rel}");
     }
     Ok(compiled)
+}
+
+/// The particle examples, minutes each in the evaluator (the largest part of CI's time): the
+/// evaluator runs each at a time step four times as long (`COARSE`: the same code, a quarter
+/// of the steps), and native code must print what it prints at that step; at the file's
+/// step, native code must print the file's expectation (`===>`), which the evaluator gives
+/// (`vlad check examples/particle-RF.vlad`, minutes).
+const PARTICLES: &[&str] = &[
+    "examples/particle-FF.vlad",
+    "examples/particle-FR.vlad",
+    "examples/particle-RF.vlad",
+    "examples/particle-RR.vlad",
+];
+
+/// The particle examples' time step, and the coarser one of their run in the evaluator.
+const COARSE: (&str, &str) = ("(delta-t (real 1e-1))", "(delta-t (real 4e-1))");
+
+/// `compare` for a particle example (`PARTICLES`).
+fn compare_particle(root: &Path, rel: &str) -> Result<bool, String> {
+    let text = std::fs::read_to_string(root.join(rel)).expect("read the example");
+    // The file's one expectation, `(multiform W (W))`: what it prints, `W` and `(W)`.
+    let expected = text
+        .split_once("===> (multiform ")
+        .and_then(|(_, e)| e.trim_end().strip_suffix(')'))
+        .ok_or_else(|| format!("{rel}: no `===> (multiform ...)` expectation"))?;
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let native = vlad(root, cache.path(), &["run", rel]);
+    let (nout, nerr) = texts(&native);
+    if !native.status.success() || !nerr.is_empty() || !same_output(&nout, expected) {
+        return Err(format!(
+            "{rel}: native code does not print the expectation {expected}\n--- native ({}):\n{nout}{nerr}",
+            native.status
+        ));
+    }
+    let dir = tempfile::tempdir().expect("a directory");
+    if text.matches(COARSE.0).count() != 1 {
+        return Err(format!("{rel}: not one `{}`", COARSE.0));
+    }
+    let name = Path::new(rel).file_name().expect("a file name");
+    let coarse = dir.path().join(name);
+    std::fs::write(&coarse, text.replace(COARSE.0, COARSE.1)).expect("write the coarse copy");
+    let coarse = coarse.to_str().expect("a UTF-8 path");
+    compare(root, coarse)
 }
 
 fn programs(root: &Path) -> Vec<String> {
@@ -344,10 +391,6 @@ fn native_code_prints_what_the_evaluator_prints() {
     assert!(compiled >= NATIVE.len());
 }
 
-/// Large programs compile as several translation units in parallel (`units.rs`); small ones
-/// are split here on request, so every run of the tests checks the split: shared runtime state
-/// (the arena, error sites, boxed constants), the AD maps of boxed closures in unit 0, and
-/// calls across units.
 /// Every recursive component with a non-tail call of every example and test program gets its
 /// explicit-stack machine (a component left without one would recurse on the C stack): none
 /// is above the pass's size limit. The C is the same at each run.
@@ -382,6 +425,13 @@ fn every_deep_recursion_gets_an_explicit_stack_machine() {
     assert!(machines >= 100, "only {machines} machines");
 }
 
+/// Large programs compile as several translation units in parallel (`units.rs`); small ones
+/// are split here on request, so every run of the tests checks the split: shared runtime state
+/// (the arena, error sites, boxed constants), the AD maps of boxed closures in unit 0, and
+/// calls across units.
+/// tests/ad/checkpoint.vlad has the AD maps of many boxed closures, in far less C than
+/// tests/ad/reverse-property.vlad, which was here before (the largest C of the test programs:
+/// benches/README.md, "CI time").
 #[test]
 fn programs_split_into_units_print_what_the_evaluator_prints() {
     let root = repo_root();
@@ -390,7 +440,7 @@ fn programs_split_into_units_print_what_the_evaluator_prints() {
     for rel in [
         "examples/saddle-RR.vlad",
         "examples/streams.vlad",
-        "tests/ad/reverse-property.vlad",
+        "tests/ad/checkpoint.vlad",
         "tests/array/compiled.vlad",
         "tests/conformance/patterns.vlad",
     ] {
