@@ -3779,3 +3779,83 @@ fn a_guard_runs_in_the_loop_of_the_step_it_guards() {
     let before = crate::print::function(&p, FuncId(0));
     assert_eq!(f0_after_version(&mut p), before);
 }
+
+/// `f0(a0, c: bool, n)`: `var m; if c { m := length a0 } else { m := 0 }`, then a loop over `n`
+/// summing `a0[check(i, m)]`; with `in_loop`, the loop also assigns `m` after its read.
+fn checked_loop_on_an_assigned_length(in_loop: bool) -> Program {
+    let mut b = Builder::new();
+    let a0 = b.named_var(Ty::Array(layout(&[Ty::F64])), "a0".into());
+    let c = b.named_var(Ty::Bool, "c".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let m = b.var(Ty::I64, "m");
+    b.push(Stmt::Declare(vec![m]));
+    b.open();
+    let len = b.let1(Ty::I64, "len", Op::Length(Operand::Var(a0)));
+    b.push(Stmt::Set(m, Operand::Var(len)));
+    let then = b.close();
+    b.open();
+    b.push(Stmt::Set(m, Operand::I64(0)));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(c),
+        then,
+        els,
+    });
+    let acc = b.var(Ty::F64, "acc");
+    b.push(Stmt::Declare(vec![acc]));
+    b.push(Stmt::Set(acc, Operand::F64(0.0)));
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(1), Operand::Var(i), Operand::Var(m)],
+        ),
+    );
+    let x = load(&mut b, Ty::F64, "x", a0, Operand::Var(k));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
+    );
+    b.push(Stmt::Set(acc, Operand::Var(t)));
+    if in_loop {
+        b.push(Stmt::Set(m, Operand::I64(0)));
+    }
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let f = b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]));
+    Program {
+        sites: vec![
+            Site {
+                prefix: "t.vlad:1:1: error: ".into(),
+                excerpt: None,
+            };
+            2
+        ],
+        ..program(vec![f])
+    }
+}
+
+#[test]
+fn a_loop_checking_against_a_length_assigned_before_it_runs_in_two_versions() {
+    let text = f0_after_version(&mut checked_loop_on_an_assigned_length(false));
+    // The length of the first array or 0, set before the loop and not in it: tested once,
+    // and the copy for a long enough array has no check.
+    assert_eq!(text.matches("for i").count(), 2, "{text}");
+    assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("= ilt m") < at("for i"), "{text}");
+    // A loop that assigns the length checks it in every step, in one version.
+    let text = f0_after_version(&mut checked_loop_on_an_assigned_length(true));
+    assert_eq!(text.matches("for i").count(), 1, "{text}");
+    assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
+    assert!(!text.contains("short"), "{text}");
+}

@@ -41,8 +41,7 @@ pub fn run(p: &mut Program) {
         let mut vars = std::mem::take(&mut f.vars);
         flat_map(&mut f.body, &mut |s| unswitch(s, &mut vars));
         speculate(&mut f.body);
-        let assigned = assigned(&f.body);
-        flat_map(&mut f.body, &mut |s| version(s, &assigned, &mut vars));
+        flat_map(&mut f.body, &mut |s| version(s, &mut vars));
         f.vars = vars;
     }
 }
@@ -278,11 +277,18 @@ fn take_branch(block: &mut Block, cond: &Operand, value: bool) {
     });
 }
 
-fn version(s: Stmt, assigned: &HashSet<Var>, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
+fn version(s: Stmt, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let Stmt::For { index, count, body } = s else {
         return vec![s];
     };
-    let lengths = checked_lengths(index, &body, assigned);
+    // A length the loop does not assign has, all through the loop, the value it had before
+    // the loop, where the versions' test reads it (it may be a variable assigned earlier: the
+    // length of the first of some arrays, or 0 if there are none).
+    let assigned = assigned(&body);
+    if count.var().is_some_and(|c| assigned.contains(&c)) {
+        return vec![Stmt::For { index, count, body }];
+    }
+    let lengths = checked_lengths(index, &body, &assigned);
     let innermost = !body.iter().any(|s| {
         let mut nested = false;
         walk(std::slice::from_ref(s), &mut |s| {
@@ -342,8 +348,8 @@ fn version(s: Stmt, assigned: &HashSet<Var>, vars: &mut Vec<VarInfo>) -> Vec<Stm
     out
 }
 
-/// The lengths, defined outside the loop and never reassigned, that its body checks its
-/// counter against (in order, each once).
+/// The lengths, defined outside the loop and not assigned in it (`assigned`), that its body
+/// checks its counter against (in order, each once).
 fn checked_lengths(index: Var, body: &[Stmt], assigned: &HashSet<Var>) -> Vec<Operand> {
     let mut inside = HashSet::new();
     walk(body, &mut |s| inside.extend(stmt_defs(s)));
