@@ -3403,14 +3403,20 @@ fn a_matrix_whose_rows_are_only_read_is_not_made() {
     assert!(text.contains("fmul ui"), "{text}");
 }
 
+/// The parameters `a0: array(f64)`, `c: bool`, `n: i64`.
+fn array_flag_count(b: &mut Builder) -> (Var, Var, Var) {
+    let a0 = b.named_var(Ty::Array(layout(&[Ty::F64])), "a0".into());
+    let c = b.named_var(Ty::Bool, "c".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    (a0, c, n)
+}
+
 /// `f0(a0: array(f64), c: bool, n: i64)`: `acc := 0; for i < n { x = a0[i]; if c { acc += x }
 /// else { for j < n { if c { acc += 1 } else { acc -= 1 } } } }; return acc`, where `c` is the
 /// parameter, or (`assigned`) a variable the loop also assigns.
 fn branch_in_a_loop(assigned: bool) -> Program {
     let mut b = Builder::new();
-    let a0 = b.named_var(Ty::Array(layout(&[Ty::F64])), "a0".into());
-    let c = b.named_var(Ty::Bool, "c".into());
-    let n = b.named_var(Ty::I64, "n".into());
+    let (a0, c, n) = array_flag_count(&mut b);
     let acc = b.var(Ty::F64, "acc");
     b.push(Stmt::Declare(vec![acc]));
     b.push(Stmt::Set(acc, Operand::F64(0.0)));
@@ -3638,20 +3644,7 @@ fn an_array_built_with_a_variable_count_has_that_length() {
     let s = b.var(Ty::F64, "s");
     let j = b.var(Ty::I64, "j");
     b.open();
-    let k = b.let1(
-        Ty::I64,
-        "k",
-        Op::Rt(
-            Rt::IndexI64,
-            vec![Operand::I64(1), Operand::Var(j), Operand::Var(len)],
-        ),
-    );
-    let y = load(&mut b, Ty::F64, "y", arr, Operand::Var(k));
-    let z = b.let1(
-        Ty::F64,
-        "z",
-        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(y)),
-    );
+    let z = add_checked_element(&mut b, s, arr, j, len);
     let body = b.close();
     b.push(Stmt::Ifold {
         accs: vec![s],
@@ -3780,13 +3773,29 @@ fn a_guard_runs_in_the_loop_of_the_step_it_guards() {
     assert_eq!(f0_after_version(&mut p), before);
 }
 
+/// `acc + arr[k]`, `k` the index `i` checked against `len` at site 1: `z`.
+fn add_checked_element(b: &mut Builder, acc: Var, arr: Var, i: Var, len: Var) -> Var {
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(1), Operand::Var(i), Operand::Var(len)],
+        ),
+    );
+    let y = load(b, Ty::F64, "y", arr, Operand::Var(k));
+    b.let1(
+        Ty::F64,
+        "z",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(y)),
+    )
+}
+
 /// `f0(a0, c: bool, n)`: `var m; if c { m := length a0 } else { m := 0 }`, then a loop over `n`
 /// summing `a0[check(i, m)]`; with `in_loop`, the loop also assigns `m` after its read.
 fn checked_loop_on_an_assigned_length(in_loop: bool) -> Program {
     let mut b = Builder::new();
-    let a0 = b.named_var(Ty::Array(layout(&[Ty::F64])), "a0".into());
-    let c = b.named_var(Ty::Bool, "c".into());
-    let n = b.named_var(Ty::I64, "n".into());
+    let (a0, c, n) = array_flag_count(&mut b);
     let m = b.var(Ty::I64, "m");
     b.push(Stmt::Declare(vec![m]));
     b.open();
@@ -3806,20 +3815,7 @@ fn checked_loop_on_an_assigned_length(in_loop: bool) -> Program {
     b.push(Stmt::Set(acc, Operand::F64(0.0)));
     let i = b.var(Ty::I64, "i");
     b.open();
-    let k = b.let1(
-        Ty::I64,
-        "k",
-        Op::Rt(
-            Rt::IndexI64,
-            vec![Operand::I64(1), Operand::Var(i), Operand::Var(m)],
-        ),
-    );
-    let x = load(&mut b, Ty::F64, "x", a0, Operand::Var(k));
-    let t = b.let1(
-        Ty::F64,
-        "t",
-        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
-    );
+    let t = add_checked_element(&mut b, acc, a0, i, m);
     b.push(Stmt::Set(acc, Operand::Var(t)));
     if in_loop {
         b.push(Stmt::Set(m, Operand::I64(0)));
