@@ -167,7 +167,8 @@ fn examples_directory() {
 /// tests above), must hold through `vlad check --engine ir`. Every file of tests/ and
 /// examples/ but these, which pass too but take minutes there:
 /// - the four particle and four saddle programs, in the executor: tests/native.rs compiles the
-///   same specialised programs and compares what they print with the evaluator, and
+///   same specialised programs and compares what they print with the evaluator (the particle
+///   programs at a coarser time step, and at theirs with their expectations), and
 ///   tests/ad/forward.vlad and reverse.vlad take lib/ad.vlad's optimisers through the executor
 ///   here, nested in forward mode;
 /// - tests/array/property.vlad, in the analysis: the random programs of
