@@ -130,8 +130,8 @@ const STACK_BYTES: usize = 1 << 33;
 ///
 /// Why not the system allocator: the evaluator and the compiler's passes allocate and free
 /// small values (pairs, closures, tagged scalars, IR nodes) at a high rate, and glibc's malloc
-/// and free were about a fifth of the evaluator's time on the saddle and particle examples;
-/// mimalloc makes those runs and `vlad compile` faster (benches/README.md, "CI time").
+/// and free were about a fifth of the evaluator's profile on examples/particle-RF.vlad;
+/// mimalloc makes such runs and `vlad compile` faster (benches/README.md, "CI time").
 struct Allocator;
 
 // SAFETY: every call is mimalloc's, with the same arguments; only a null result, which would
