@@ -281,14 +281,6 @@ fn version(s: Stmt, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
     let Stmt::For { index, count, body } = s else {
         return vec![s];
     };
-    // A length the loop does not assign has, all through the loop, the value it had before
-    // the loop, where the versions' test reads it (it may be a variable assigned earlier: the
-    // length of the first of some arrays, or 0 if there are none).
-    let assigned = assigned(&body);
-    if count.var().is_some_and(|c| assigned.contains(&c)) {
-        return vec![Stmt::For { index, count, body }];
-    }
-    let lengths = checked_lengths(index, &body, &assigned);
     let innermost = !body.iter().any(|s| {
         let mut nested = false;
         walk(std::slice::from_ref(s), &mut |s| {
@@ -296,7 +288,15 @@ fn version(s: Stmt, vars: &mut Vec<VarInfo>) -> Vec<Stmt> {
         });
         nested
     });
-    if lengths.is_empty() || !innermost || size(&body) > MAX_SIZE {
+    if !innermost || size(&body) > MAX_SIZE {
+        return vec![Stmt::For { index, count, body }];
+    }
+    // A length the loop does not assign has, all through the loop, the value it had before
+    // the loop, where the versions' test reads it (it may be a variable assigned earlier: the
+    // length of the first of some arrays, or 0 if there are none).
+    let assigned = assigned(&body);
+    let lengths = checked_lengths(index, &body, &assigned);
+    if lengths.is_empty() || count.var().is_some_and(|c| assigned.contains(&c)) {
         return vec![Stmt::For { index, count, body }];
     }
     // The fast copy: the checks become copies of the counter, every variable it defines fresh.
