@@ -313,6 +313,9 @@ fn compare_particle(root: &Path, rel: &str) -> Result<bool, String> {
         .split_once("===> (multiform ")
         .and_then(|(_, e)| e.trim_end().strip_suffix(')'))
         .ok_or_else(|| format!("{rel}: no `===> (multiform ...)` expectation"))?;
+    if text.matches(COARSE.0).count() != 1 {
+        return Err(format!("{rel}: not one `{}`", COARSE.0));
+    }
     let cache = tempfile::tempdir().expect("a cache directory");
     let native = vlad(root, cache.path(), &["run", rel]);
     let (nout, nerr) = texts(&native);
@@ -323,9 +326,6 @@ fn compare_particle(root: &Path, rel: &str) -> Result<bool, String> {
         ));
     }
     let dir = tempfile::tempdir().expect("a directory");
-    if text.matches(COARSE.0).count() != 1 {
-        return Err(format!("{rel}: not one `{}`", COARSE.0));
-    }
     let name = Path::new(rel).file_name().expect("a file name");
     let coarse = dir.path().join(name);
     std::fs::write(&coarse, text.replace(COARSE.0, COARSE.1)).expect("write the coarse copy");

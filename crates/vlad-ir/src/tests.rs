@@ -3467,6 +3467,12 @@ fn branch_in_a_loop(assigned: bool) -> Program {
     if assigned {
         b.push(Stmt::Set(cond, Operand::Var(c)));
     }
+    program(vec![loop_returning(b, i, acc, [a0, c, n])])
+}
+
+/// Closes the open block as the body of `for i < n`, returns `acc` after it, and finishes
+/// `f0(a0, c, n)` (the parameters of `array_flag_count`).
+fn loop_returning(mut b: Builder, i: Var, acc: Var, [a0, c, n]: [Var; 3]) -> Function {
     let body = b.close();
     b.push(Stmt::For {
         index: i,
@@ -3474,7 +3480,7 @@ fn branch_in_a_loop(assigned: bool) -> Program {
         body,
     });
     b.push(Stmt::Return(vec![Operand::Var(acc)]));
-    program(vec![b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]))])
+    b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]))
 }
 
 /// Function f0 of `p` as printed after `passes::version`, the program verified before and
@@ -3820,14 +3826,7 @@ fn checked_loop_on_an_assigned_length(in_loop: bool) -> Program {
     if in_loop {
         b.push(Stmt::Set(m, Operand::I64(0)));
     }
-    let body = b.close();
-    b.push(Stmt::For {
-        index: i,
-        count: Operand::Var(n),
-        body,
-    });
-    b.push(Stmt::Return(vec![Operand::Var(acc)]));
-    let f = b.finish(spec(0), vec![a0, c, n], layout(&[Ty::F64]));
+    let f = loop_returning(b, i, acc, [a0, c, n]);
     Program {
         sites: vec![
             Site {
