@@ -1243,6 +1243,22 @@ fn a_plus_that_fails_in_one_alternative_compiles() {
     compiled_prints_what_the_evaluator_prints(&root, cache.path(), file, &"1 ".repeat(20));
 }
 
+/// A random program (`VLAD_RANDOM_SEED=32`, reduced to three expressions) where `*j` meets a
+/// boxed closure whose environment holds a closure that holds boxed closures of other codes.
+/// The analysis mapped that environment once and did not map it again when the summary of a
+/// nested code grew, so the summary of the mapped code missed what the map gives; the lowering
+/// could not box the map's result into it, made no map for the code, and the compiled program
+/// stopped ("an AD operator (map 3) met a boxed procedure of code N it was not compiled for").
+#[test]
+fn an_ad_map_through_a_nested_summary_that_grows_is_compiled() {
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let file = root.join("tests/fixtures/native/reverse-map-through-a-nested-summary.vlad");
+    let file = file.to_str().expect("a UTF-8 path");
+    let out = compiled_prints_what_the_evaluator_prints(&root, cache.path(), file, "");
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["0", "0", "0"]);
+}
+
 /// Paper 002's rules that the IR applies exactly (tests/fixtures/flow/rules.vlad): the
 /// one-hot folds as written run their step at k alone, which must give what the loop gives
 /// where k is an index below n, not an integer, negative, n itself or -0, and where n is 0;

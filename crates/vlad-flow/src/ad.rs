@@ -6,7 +6,7 @@
 
 use crate::analysis::{two, Analysis, FlowError};
 use crate::domain::{join_len, Av, Callee, CodeId};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use vlad_core::{Prim, Tag, Tags};
 
@@ -17,10 +17,12 @@ type R<T> = Result<T, FlowError>;
 type Mapped = Vec<(Callee, Option<Rc<[Av]>>)>;
 
 /// The map of a boxed callee by an operation (`map_dyn`): the callees it becomes, and the
-/// version of its summary whose environment was mapped.
+/// summaries its environments were mapped from.
 pub(crate) struct CalleeMap {
     images: Rc<[Callee]>,
-    done: Option<u64>,
+    /// Every summary the map of the environments read, nested maps' included, each with its
+    /// version then; `None`: not mapped yet.
+    done: Option<Rc<[(CodeId, u64)]>>,
 }
 
 /// An AD map over the environments of boxed closures (to cut its recursion through recursive
@@ -216,7 +218,8 @@ impl Analysis<'_> {
     /// its environment computed from the summary of the boxed closures of its code.
     ///
     /// Incremental: the map of a callee by an operation is kept (`CalleeMap`), and its
-    /// environment is mapped again only when its summary has grown. Keys that map a boxed
+    /// environment is mapped again only when a summary that map read has grown (its own, or
+    /// that of a code whose boxed closures its environment holds). Keys that map a boxed
     /// value are evaluated again whenever any summary they read grows, and boxed values are
     /// shared all over the summaries: redoing whole maps took time exponential in their
     /// nesting (particle-RR).
@@ -254,23 +257,54 @@ impl Analysis<'_> {
             self.callee_maps
                 .insert(key, CalleeMap { images, done: None });
         }
-        // The environment, if the summary is new or has grown.
-        let version = match c {
-            Callee::Code(code) => {
-                // Read even when up to date: this key depends on the summary.
-                let _ = self.boxed_env(code);
-                self.summary_version(code)
+        // The environments, if a summary they were mapped from is new or has grown: the
+        // callee's own, or one that a map nested in it read (a slot of its environment that
+        // holds boxed callees of other codes is mapped through their summaries).
+        // (Not while computing images only: what it mapped would be no environments.)
+        if self.envs_off {
+            return Ok(self.callee_maps[&key].images.clone());
+        }
+        if let Callee::Code(code) = c {
+            // Read even when up to date: this key depends on the summary.
+            let _ = self.boxed_env(code);
+        }
+        let done = self.callee_maps[&key].done.clone();
+        let fresh = done.as_ref().is_some_and(|reads| {
+            reads
+                .iter()
+                .all(|&(code, v)| self.summary_version(code) == v)
+        });
+        match done {
+            Some(reads) if fresh => {
+                // The key being evaluated, and the maps enclosing this one, depend on every
+                // summary this map read.
+                for &(code, v) in reads.iter() {
+                    self.note_summary_read(code, v);
+                }
             }
-            Callee::Prim(_) => 0,
-        };
-        let entry = self.callee_maps.get_mut(&key).expect("inserted above");
-        if entry.done != Some(version) {
-            entry.done = Some(version);
-            for (d, env) in f(self, c)? {
-                // No environment: none known yet (the readers of the summary are evaluated
-                // again when it is), or being computed by an enclosing map.
-                if let (Callee::Code(code), Some(env)) = (d, env) {
-                    self.boxes.pending.push((code, env));
+            _ => {
+                // Marked done while it runs: a map that meets this callee again inside a
+                // summary returns its images only.
+                self.callee_maps.get_mut(&key).expect("inserted above").done = Some(Rc::from([]));
+                self.map_reads.push(HashMap::new());
+                if let Callee::Code(code) = c {
+                    let v = self.summary_version(code);
+                    self.note_summary_read(code, v);
+                }
+                let mapped = f(self, c);
+                let reads = self.map_reads.pop().expect("pushed above");
+                let mut reads: Vec<(CodeId, u64)> = reads.into_iter().collect();
+                reads.sort();
+                for &(code, v) in &reads {
+                    self.note_summary_read(code, v);
+                }
+                self.callee_maps.get_mut(&key).expect("inserted above").done = Some(reads.into());
+                for (d, env) in mapped? {
+                    // No environment: none known yet (the readers of the summary are evaluated
+                    // again when it is), or being computed by an enclosing map.
+                    if let (Callee::Code(code), Some(env)) = (d, env) {
+                        self.boxes.pending.push((code, env));
+                    }
                 }
             }
         }

@@ -105,6 +105,9 @@ pub struct Analysis<'a> {
     /// summary.
     pub(crate) callee_maps: HashMap<(crate::ad::MapOp, Callee), crate::ad::CalleeMap>,
     summary_versions: HashMap<CodeId, u64>,
+    /// For each callee map computing its environments (innermost last): the summaries it has
+    /// read, each with its version when first read (`ad.rs`, `map_callee`).
+    pub(crate) map_reads: Vec<HashMap<CodeId, u64>>,
     /// The transforms of codes (`ad.rs`, `transform_code`).
     pub(crate) transformed_codes: HashMap<(CodeId, Tag), Option<CodeId>>,
     /// For each code of no free variables called so far: `build` or `ifold` and the number of
@@ -219,6 +222,7 @@ impl<'a> Analysis<'a> {
             bundle_memo: Default::default(),
             callee_maps: HashMap::new(),
             summary_versions: HashMap::new(),
+            map_reads: Vec::new(),
             transformed_codes: HashMap::new(),
             forward_loops: HashMap::new(),
             envs_off: false,
@@ -420,10 +424,20 @@ impl<'a> Analysis<'a> {
         if self.bundling == 0 {
             self.summaries_grown();
         }
+        self.note_summary_read(c, self.summary_version(c));
+        self.boxed_envs.get(&c).cloned()
+    }
+
+    /// Notes that the key being evaluated, and each callee map in progress, read the summary
+    /// of code `c` at version `version`.
+    pub(crate) fn note_summary_read(&mut self, c: CodeId, version: u64) {
         if let Some(r) = self.reading {
             self.env_readers.entry(c).or_default().insert(r);
         }
-        self.boxed_envs.get(&c).cloned()
+        for reads in &mut self.map_reads {
+            let v = reads.entry(c).or_insert(version);
+            *v = (*v).min(version);
+        }
     }
 
     /// How many times the summary of code `c` has grown.
