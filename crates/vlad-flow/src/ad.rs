@@ -28,7 +28,7 @@ pub(crate) struct CalleeMap {
 /// An AD map over the environments of boxed closures (to cut its recursion through recursive
 /// summaries: see `map_boxed_env`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum MapOp {
+pub enum MapOp {
     Tag(Tag),
     Untag(Tag),
     Split(bool),
@@ -37,6 +37,18 @@ pub(crate) enum MapOp {
 }
 
 impl Analysis<'_> {
+    /// The maps of boxed closures whose environments the analysis mapped (`map_dyn`).
+    pub(crate) fn mapped_envs(&self) -> std::collections::HashSet<(MapOp, CodeId)> {
+        self.callee_maps
+            .iter()
+            .filter(|(_, m)| m.done.is_some())
+            .filter_map(|((op, c), _)| match c {
+                Callee::Code(c) => Some((*op, *c)),
+                Callee::Prim(_) => None,
+            })
+            .collect()
+    }
+
     /// The AD tag stack of an abstract value (as `Value::tags`).
     pub fn tags_of(&self, v: &Av) -> Tags {
         match v {

@@ -165,6 +165,10 @@ struct Bucket {
 pub struct Boxed {
     /// The environment summary of each code whose closures were boxed.
     pub envs: HashMap<CodeId, Rc<[Av]>>,
+    /// The AD maps of boxed closures whose environments the analysis mapped (`ad.rs`,
+    /// `map_callee`): a run may reach them. A run reaches no other map of tags, untags or a
+    /// bundle's split.
+    pub mapped: std::collections::HashSet<(crate::ad::MapOp, CodeId)>,
 }
 
 /// What a call site calls, as resolved by the analysis.
@@ -409,10 +413,11 @@ impl<'a> Analysis<'a> {
     }
 
     /// What boxed closures may close over, for checking run-time values and generating code:
-    /// the environment summary of each boxed code.
+    /// the environment summary of each boxed code, and the maps of them the analysis made.
     pub fn boxed_snapshot(&self) -> Boxed {
         Boxed {
             envs: self.boxed_envs.clone(),
+            mapped: self.mapped_envs(),
         }
     }
 

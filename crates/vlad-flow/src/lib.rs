@@ -11,7 +11,7 @@
 //! shares the program's arena and AD prelude with the evaluator, never the evaluator itself.
 
 mod ad;
-pub use ad::is_onehot_bundle;
+pub use ad::{is_onehot_bundle, MapOp};
 pub mod analysis;
 pub mod domain;
 pub mod show;

@@ -53,6 +53,15 @@ impl Lowerer<'_, '_> {
                             Err(e) => eprintln!("map {kind:?} of code {}: {}", c.0, e.reason),
                         }
                     }
+                    // A map the lowering cannot make is left out: most (map, code) pairs are
+                    // reached by no run. One whose environment the analysis mapped may be
+                    // reached, and then the program is not compiled (the evaluator runs it)
+                    // rather than stop there.
+                    if let Err(e) = &r {
+                        if met_map(&self.boxed, kind, c) {
+                            return Err(e.clone());
+                        }
+                    }
                     if let Ok(Some(params)) = r {
                         let f = b.finish(
                             FuncKind::Helper {
@@ -269,4 +278,17 @@ fn exported(name: &str) -> FuncKind {
 
 fn boxed() -> vlad_ir::Layout {
     Rc::from([Ty::Boxed])
+}
+
+/// Whether the analysis met the map `kind` of a boxed closure of code `c` (its AD maps of
+/// boxed callees: tags, untags and the split of a bundle; the other kinds are not recorded).
+fn met_map(boxed: &vlad_flow::Boxed, kind: MapKind, c: CodeId) -> bool {
+    use vlad_flow::MapOp;
+    let op = match kind {
+        MapKind::Tag(t) => MapOp::Tag(t),
+        MapKind::Untag(t) => MapOp::Untag(t),
+        MapKind::Split(tangent) => MapOp::Split(tangent),
+        _ => return false,
+    };
+    boxed.mapped.contains(&(op, c))
 }
