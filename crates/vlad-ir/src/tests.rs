@@ -3207,6 +3207,75 @@ fn the_exact_ring_rules_are_applied_and_the_inexact_not() {
     }
 }
 
+#[test]
+fn zero_plus_a_real_that_is_never_minus_zero_is_that_real() {
+    // 0 + y is y where y is never -0 (0 + -0 is +0): a square, an exponential, a sum with such
+    // a term, a difference whose first term is one, the root of one. Not for y = 2x, the root
+    // of x, or x - x * x, which may be -0 (x = -0).
+    let x = || Operand::Var(Var(0));
+    let square = || Op::Binary(BinOp::FMul, x(), x());
+    type Def = fn(&mut Builder, Operand, Op) -> Op;
+    let cases: [(&str, Def, bool); 8] = [
+        ("x * x", |_, _, sq| sq, true),
+        ("exp x", |_, x, _| Op::Unary(UnOp::Exp, x), true),
+        (
+            "x * x + x",
+            |b, x, sq| {
+                let s = b.let1(Ty::F64, "s", sq);
+                Op::Binary(BinOp::FAdd, Operand::Var(s), x)
+            },
+            true,
+        ),
+        (
+            "x * x - x",
+            |b, x, sq| {
+                let s = b.let1(Ty::F64, "s", sq);
+                Op::Binary(BinOp::FSub, Operand::Var(s), x)
+            },
+            true,
+        ),
+        (
+            "sqrt (x * x)",
+            |b, _, sq| {
+                let s = b.let1(Ty::F64, "s", sq);
+                Op::Unary(UnOp::Sqrt, Operand::Var(s))
+            },
+            true,
+        ),
+        (
+            "x * 2",
+            |_, x, _| Op::Binary(BinOp::FMul, x, Operand::F64(2.0)),
+            false,
+        ),
+        ("sqrt x", |_, x, _| Op::Unary(UnOp::Sqrt, x), false),
+        (
+            "x - x * x",
+            |b, x, sq| {
+                let s = b.let1(Ty::F64, "s", sq);
+                Op::Binary(BinOp::FSub, x, Operand::Var(s))
+            },
+            false,
+        ),
+    ];
+    for (name, def, folds) in cases {
+        let mut b = Builder::new();
+        let xv = b.named_var(Ty::F64, "x".into());
+        let op = def(&mut b, Operand::Var(xv), square());
+        let y = b.let1(Ty::F64, "y", op);
+        let t = b.let1(
+            Ty::F64,
+            "t",
+            Op::Binary(BinOp::FAdd, Operand::F64(0.0), Operand::Var(y)),
+        );
+        b.push(Stmt::Return(vec![Operand::Var(t)]));
+        let mut p = program(vec![b.finish(spec(0), vec![xv], layout(&[Ty::F64]))]);
+        passes::simplify::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert_eq!(text.contains("fadd 0.0"), !folds, "{name}: {text}");
+    }
+}
+
 /// `fn(n: i64, v: array(f64)) -> f64`: `b = build n (fun i -> check v_i < 10; exp v_i)` (site
 /// 1 in its step), then site 2, `m = length b`, and `ifold (fun a j -> a + b_j) 0 m`, or, with
 /// `impure`, a consumer that also writes the real it reads: the producer of a fold over its

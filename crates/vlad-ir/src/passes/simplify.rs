@@ -682,6 +682,31 @@ impl Cx {
         Some(Stmt::Let(vec![k], Op::Binary(int, x, Operand::I64(c))))
     }
 
+    /// Whether a real is never -0 (looking `depth` definitions back): a square, an
+    /// exponential, an integer converted, a sum with a term that is never -0 (in rounding to
+    /// nearest a sum is -0 only if both terms are), a difference whose first term is never
+    /// -0 (x - y is -0 only for -0 - +0), the root of such a real. NaN may be any of them.
+    fn never_minus_zero(&self, x: &Operand, depth: usize) -> bool {
+        let v = match x {
+            Operand::F64(c) => return *c != 0.0 || c.is_sign_positive(),
+            Operand::Var(v) => v,
+            _ => return false,
+        };
+        if depth == 0 || self.assigned.contains(v) {
+            return false;
+        }
+        match self.defs.get(v) {
+            Some(Op::Binary(BinOp::FMul, a, b)) => a == b && self.is_fixed(a),
+            Some(Op::Binary(BinOp::FAdd, a, b)) => {
+                self.never_minus_zero(a, depth - 1) || self.never_minus_zero(b, depth - 1)
+            }
+            Some(Op::Binary(BinOp::FSub, a, _)) => self.never_minus_zero(a, depth - 1),
+            Some(Op::Unary(UnOp::Exp | UnOp::I64ToF64, _)) => true,
+            Some(Op::Unary(UnOp::Sqrt, a)) => self.never_minus_zero(a, depth - 1),
+            _ => false,
+        }
+    }
+
     /// The integer whose conversion a real operand is, if it is one.
     fn integer_of(&self, r: &Operand) -> Option<Operand> {
         match r {
@@ -768,8 +793,10 @@ impl Cx {
             }
             Op::Binary(BinOp::FAdd, x, Operand::F64(z))
             | Op::Binary(BinOp::FAdd, Operand::F64(z), x)
-                if *z == 0.0 && z.is_sign_negative() =>
+                if *z == 0.0 && (z.is_sign_negative() || self.never_minus_zero(x, 8)) =>
             {
+                // Exact: x + -0 is x for every x, and x + 0 is x but for x = -0 (a sum of
+                // squares from 0 starts with `0 + x * x`).
                 Some(Op::Copy(x.clone()))
             }
             Op::Length(Operand::Var(a)) if self.lengths.contains_key(a) => {
