@@ -696,7 +696,8 @@ impl Cx {
             return false;
         }
         match self.defs.get(v) {
-            Some(Op::Binary(BinOp::FMul, a, b)) => a == b && self.is_fixed(a),
+            // (Of one variable: `==` on operands takes the constants 0 and -0 as equal.)
+            Some(Op::Binary(BinOp::FMul, a @ Operand::Var(_), b)) => a == b && self.is_fixed(a),
             Some(Op::Binary(BinOp::FAdd, a, b)) => {
                 self.never_minus_zero(a, depth - 1) || self.never_minus_zero(b, depth - 1)
             }
