@@ -3923,3 +3923,278 @@ fn a_loop_checking_against_a_length_assigned_before_it_runs_in_two_versions() {
     assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
     assert!(!text.contains("short"), "{text}");
 }
+
+/// `f0(a: array(f64), m: i64) -> f64`: the sum of `a` read from its end, `get a (n - 1 - i)`
+/// for the counter `i` of a loop of `m` steps (`m` the length of `a` if `m_is_n`), as a
+/// reverse sweep reads its tape.
+fn sum_from_the_end(m_is_n: bool) -> Program {
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::Array(layout(&[Ty::F64])), "a".into());
+    let m = b.named_var(Ty::I64, "m".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let count = if m_is_n { n } else { m };
+    let nr = b.let1(Ty::F64, "nr", Op::Unary(UnOp::I64ToF64, Operand::Var(n)));
+    let last = b.let1(
+        Ty::F64,
+        "last",
+        Op::Binary(BinOp::FSub, Operand::Var(nr), Operand::F64(1.0)),
+    );
+    let acc = b.var(Ty::F64, "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let j = b.let1(
+        Ty::F64,
+        "j",
+        Op::Binary(BinOp::FSub, Operand::Var(last), Operand::Var(r)),
+    );
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::Index,
+            vec![Operand::I64(1), Operand::Var(j), Operand::Var(n)],
+        ),
+    );
+    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(k));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![acc],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(count),
+        index: i,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let f = b.finish(spec(0), vec![a, m], layout(&[Ty::F64]));
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    Program {
+        sites: vec![site; 2],
+        ..program(vec![f])
+    }
+}
+
+#[test]
+fn an_index_counted_from_the_end_of_the_loop_is_in_range() {
+    // `(n - 1) - i` for a counter below n is a natural number below n: no check, an integer.
+    let mut p = sum_from_the_end(true);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("vl_index"), "{text}");
+    assert!(text.contains("isub"), "{text}");
+    // A loop of m steps may run past the array: the index is checked.
+    let mut p = sum_from_the_end(false);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("rt vl_index("), "{text}");
+}
+
+/// `f0(a: array(f64), b: array(f64), n: i64) -> (f64, ..)`: a tape of n records
+/// `(3i, a)` (`(3i, b)` at odd `i` if `two_arrays`), and a sweep over it that reads each record's
+/// array's length; `escapes`: the tape is returned too.
+fn tape_holding_an_array(two_arrays: bool, escapes: bool) -> Program {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let rec = layout(&[Ty::F64, arr.clone()]);
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a".into());
+    let a2 = b.named_var(arr.clone(), "b".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let tape = b.let1(
+        Ty::Array(rec.clone()),
+        "tape",
+        Op::NewArray {
+            layout: rec.clone(),
+            count: Operand::Var(n),
+        },
+    );
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.let1(Ty::F64, "x", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    // Not the index itself (which `own_index` would take out too).
+    let x = b.let1(
+        Ty::F64,
+        "x",
+        Op::Binary(BinOp::FMul, Operand::Var(x), Operand::F64(3.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(tape),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(x),
+    });
+    let store_array = |from: Var| Stmt::Store {
+        array: Operand::Var(tape),
+        index: Operand::Var(i),
+        slot: 1,
+        value: Operand::Var(from),
+    };
+    if two_arrays {
+        let two = b.let1(
+            Ty::I64,
+            "two",
+            Op::Binary(BinOp::IMul, Operand::Var(i), Operand::I64(2)),
+        );
+        let even = b.let1(
+            Ty::Bool,
+            "even",
+            Op::Binary(BinOp::IEq, Operand::Var(two), Operand::Var(i)),
+        );
+        b.push(Stmt::If {
+            cond: Operand::Var(even),
+            then: vec![store_array(a)],
+            els: vec![store_array(a2)],
+        });
+    } else {
+        b.push(store_array(a));
+    }
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    let acc = b.var(Ty::F64, "acc");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let x = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(tape),
+            index: Operand::Var(j),
+            slot: 0,
+        },
+    );
+    let held = b.let1(
+        arr.clone(),
+        "held",
+        Op::Load {
+            array: Operand::Var(tape),
+            index: Operand::Var(j),
+            slot: 1,
+        },
+    );
+    let len = b.let1(Ty::I64, "len", Op::Length(Operand::Var(held)));
+    let lr = b.let1(Ty::F64, "lr", Op::Unary(UnOp::I64ToF64, Operand::Var(len)));
+    let s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
+    );
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(lr)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![acc],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: j,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    let (ret, results) = if escapes {
+        (
+            vec![Operand::Var(acc), Operand::Var(tape)],
+            layout(&[Ty::F64, Ty::Array(rec)]),
+        )
+    } else {
+        (vec![Operand::Var(acc)], layout(&[Ty::F64]))
+    };
+    b.push(Stmt::Return(ret));
+    program(vec![b.finish(spec(0), vec![a, a2, n], results)])
+}
+
+#[test]
+fn a_slot_every_record_of_a_tape_holds_one_array_in_is_read_as_that_array() {
+    let mut p = tape_holding_an_array(false, false);
+    verify(&p).unwrap();
+    passes::fields::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The sweep measures `a` itself, and the records hold only the index.
+    assert!(text.contains("= length a\n"), "{text}");
+    assert!(text.contains("new array(f64) count n"), "{text}");
+    assert_eq!(text.matches("store").count(), 1, "{text}");
+    // Records holding one of two arrays, or a tape the caller sees, keep the slot.
+    for (two, escapes) in [(true, false), (false, true)] {
+        let mut p = tape_holding_an_array(two, escapes);
+        verify(&p).unwrap();
+        passes::fields::run(&mut p);
+        verify(&p).unwrap();
+        let text = crate::print::function(&p, FuncId(0));
+        assert!(text.contains("new array(f64, array(f64))"), "{text}");
+        assert!(text.contains("= length held"), "{text}");
+    }
+}
+
+#[test]
+fn a_step_that_adds_into_its_accumulator_in_place_is_inlined() {
+    // f1(acc, i) stores acc[i] + 1 into acc[i] and returns acc; f0's loop over a's indices
+    // calls it with a as the accumulator.
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let acc = b.named_var(arr.clone(), "acc".into());
+    let i = b.named_var(Ty::I64, "i".into());
+    let x = load(&mut b, Ty::F64, "x", acc, Operand::Var(i));
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(acc),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(y),
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let step = b.finish(spec(1), vec![acc, i], layout(std::slice::from_ref(&arr)));
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let acc = b.var(arr.clone(), "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let next = b.let1(
+        arr.clone(),
+        "next",
+        Op::Call {
+            func: FuncId(1),
+            args: vec![Operand::Var(acc), Operand::Var(i)],
+            guard: None,
+        },
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![acc],
+        init: vec![Operand::Var(a)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(next)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let main = b.finish(spec(0), vec![a], layout(&[arr]));
+    let mut p = program(vec![main, step]);
+    verify(&p).unwrap();
+    passes::inline::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("call f1"), "{text}");
+    assert!(text.contains("store acc"), "{text}");
+}

@@ -535,6 +535,35 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>], a
 /// Marks and releases for the `ifold`s whose accumulators hold pointers: the pointer-free
 /// arrays among them copied down after each step, anything else kept by a collection when
 /// one is due.
+/// The arrays a block adds into in place, as `%accumulate`'s code does (crates/vlad-lower,
+/// accumulate.rs): an accumulator that `vl_acc_owned` finds the sweep's own, a copy that
+/// `vl_acc_mark` makes one, and the variables that are assigned or copied one of them. Only
+/// the sweep holds such an array (the lowering guarantees it), so a store into one keeps
+/// nothing older than the sweep alive.
+fn accumulation_targets(body: &[Stmt]) -> HashSet<Var> {
+    let mut out: HashSet<Var> = HashSet::new();
+    walk(body, &mut |s| match s {
+        Stmt::Let(vs, Op::Rt(crate::Rt::AccMark, _)) => out.extend(vs),
+        Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, args)) => {
+            out.extend(args.iter().filter_map(Operand::var))
+        }
+        _ => {}
+    });
+    loop {
+        let before = out.len();
+        let mut new = Vec::new();
+        walk(body, &mut |s| match s {
+            Stmt::Set(v, Operand::Var(y)) if out.contains(y) => new.push(*v),
+            Stmt::Let(vs, Op::Copy(Operand::Var(y))) if out.contains(y) => new.extend(vs),
+            _ => {}
+        });
+        out.extend(new);
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
 fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashSet<FuncId>) {
     flat_map(block, &mut |mut s| {
         let Stmt::Ifold {
@@ -564,8 +593,9 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
         // does (`marks::accumulating`), is collected but not copied down at every step (only
         // the loop holds the array it adds into: a collection may move it, marked as its own);
         // an `ifold` nested in the step that adds in place adds into arrays it made itself,
-        // which do not count.
-        let mut fresh = HashSet::new();
+        // which do not count, and neither do the stores of such a step inlined (into the
+        // arrays `accumulation_targets` finds), which were the callee's before.
+        let mut fresh = accumulation_targets(body);
         walk(body, &mut |x| match x {
             Stmt::Let(vs, Op::NewArray { .. } | Op::ArrayOf { .. }) => fresh.extend(vs),
             Stmt::Build { array, .. } => {

@@ -20,9 +20,11 @@
 //! Before that, slots that every write of a layout stores the same value into (the index as a
 //! real, which the lowering stores once for each use the step made of it) are merged: a load
 //! of the later slot reads the first instead, so that the later one is read by no load
-//! (`merge_same`). And first of all, a slot that every write stores its own index into is
-//! read as the index the load is at (`own_index`): the sweep knows which record it reads, so
-//! the record need not hold the step's index.
+//! (`merge_same`). Before that, a slot that every write stores its own index into is read as
+//! the index the load is at (`own_index`): the sweep knows which record it reads, so the record
+//! need not hold the step's index. And first of all, a slot into which every write of one
+//! array that its function alone sees stores one value from before the array (the array the
+//! step read, which each record of a tape held) is read as that value (`invariant_slots`).
 
 use crate::ir::*;
 use std::collections::{HashMap, HashSet};
@@ -30,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 /// Drops the slots no one reads from every layout the program alone sees; the functions it
 /// changed are simplified again (the values only stored there are dead).
 pub fn run(p: &mut Program) {
+    invariant_slots(p);
     let escaped = uses(p).escaped;
     own_index(p, &escaped);
     merge_same(p, &escaped);
@@ -237,6 +240,151 @@ fn element_writes(f: &Function) -> Vec<Write<'_>> {
         }
     }
     writes
+}
+
+/// Makes the loads of a slot of an array that every write of the array stores the same value
+/// into, a constant or a variable defined before the array and never assigned, that value: a
+/// reverse `build` or `ifold` over an array keeps the array in each record of its tape, and
+/// the sweep (its step inlined) reads it from there. Only arrays that their function alone
+/// sees: made there (`new array` or `build`), and otherwise only loaded from, stored into
+/// and measured. The slot is then read by no load of that array, and the layout may lose it.
+fn invariant_slots(p: &mut Program) {
+    for f in &mut p.funcs {
+        let assigned = super::simplify::mutable(&f.body);
+        // The variables visible where each array is made.
+        let mut visible: HashMap<Var, HashSet<Var>> = HashMap::new();
+        visible_at_arrays(&f.body, &mut f.params.clone(), &mut visible);
+        // For each slot of each such array: the one value its writes store (`Some`), or none.
+        let mut stored: HashMap<Var, Vec<Option<Option<Operand>>>> = visible
+            .keys()
+            .filter_map(|a| match f.ty(*a) {
+                Ty::Array(l) => Some((*a, vec![None; l.len()])),
+                _ => None,
+            })
+            .collect();
+        let note = |a: &Var, k: usize, x: &Operand, stored: &mut HashMap<_, Vec<_>>| {
+            let Some(slots) = stored.get_mut(a) else {
+                return;
+            };
+            let ok = match x {
+                Operand::Var(v) => !assigned.contains(v) && visible[a].contains(v),
+                _ => true,
+            };
+            let slot: &mut Option<Option<Operand>> = &mut slots[k];
+            *slot = match slot.take() {
+                _ if !ok => Some(None),
+                None => Some(Some(x.clone())),
+                Some(Some(y)) if y == *x => Some(Some(y)),
+                Some(_) => Some(None),
+            };
+        };
+        let mut escaped: HashSet<Var> = HashSet::new();
+        walk(&f.body, &mut |s| {
+            let mut own: Option<&Operand> = None;
+            match s {
+                Stmt::Build { array, elem, .. } => {
+                    for (k, x) in elem.iter().enumerate() {
+                        note(array, k, x, &mut stored);
+                    }
+                }
+                Stmt::Store {
+                    array: array @ Operand::Var(a),
+                    slot,
+                    value,
+                    ..
+                } => {
+                    note(a, *slot as usize, value, &mut stored);
+                    own = Some(array);
+                }
+                Stmt::Let(_, Op::Load { array, .. } | Op::Length(array)) => own = Some(array),
+                _ => {}
+            }
+            let mut skipped = false;
+            for x in stmt_operands(s) {
+                if let Operand::Var(v) = x {
+                    if own.is_some_and(|o| std::ptr::eq(o, x)) && !skipped {
+                        skipped = true;
+                        continue;
+                    }
+                    escaped.insert(*v);
+                }
+            }
+        });
+        let invariant: HashMap<(Var, u32), Operand> = stored
+            .into_iter()
+            .filter(|(a, _)| !escaped.contains(a))
+            .flat_map(|(a, slots)| {
+                slots
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(move |(k, x)| x.flatten().map(|x| ((a, k as u32), x)))
+            })
+            .collect();
+        if invariant.is_empty() {
+            continue;
+        }
+        let mut changed = false;
+        walk_mut(&mut f.body, &mut |s| {
+            if let Stmt::Let(
+                _,
+                op @ Op::Load {
+                    array: Operand::Var(_),
+                    ..
+                },
+            ) = s
+            {
+                let Op::Load {
+                    array: Operand::Var(a),
+                    slot,
+                    ..
+                } = &*op
+                else {
+                    unreachable!()
+                };
+                if let Some(x) = invariant.get(&(*a, *slot)) {
+                    *op = Op::Copy(x.clone());
+                    changed = true;
+                }
+            }
+        });
+        if changed {
+            super::simplify::function(f);
+        }
+    }
+}
+
+/// Records, for each array a block makes (`new array`, `build`), the variables visible where
+/// it is made: the parameters and what the enclosing blocks defined before it.
+fn visible_at_arrays(block: &[Stmt], visible: &mut Vec<Var>, out: &mut HashMap<Var, HashSet<Var>>) {
+    let depth = visible.len();
+    for s in block {
+        match s {
+            Stmt::Let(vs, Op::NewArray { .. }) if vs.len() == 1 => {
+                out.insert(vs[0], visible.iter().copied().collect());
+            }
+            Stmt::Build { array, .. } => {
+                out.insert(*array, visible.iter().copied().collect());
+            }
+            _ => {}
+        }
+        let inner = visible.len();
+        match s {
+            Stmt::For { index, .. } | Stmt::Build { index, .. } => visible.push(*index),
+            Stmt::Ifold { index, accs, .. } => {
+                visible.push(*index);
+                visible.extend(accs);
+            }
+            _ => {}
+        }
+        for b in children(s) {
+            visible_at_arrays(b, visible, out);
+        }
+        visible.truncate(inner);
+        if !matches!(s, Stmt::For { .. }) {
+            visible.extend(stmt_defs(s));
+        }
+    }
+    visible.truncate(depth);
 }
 
 /// Makes the loads of a slot that every write of its layout stores its own index into, as a

@@ -9,9 +9,12 @@
 //! returns): a call of one whose results hold none is where `passes::marks` releases what it
 //! allocated, and inlining it would keep that memory until the caller returns; a call that
 //! returns a pointer is never released. Inlining a function that returns a small array lets
-//! `passes::scalars` replace the array by its elements. Functions that write (into arrays they
-//! did not make, in-place accumulation, globals) are left alone: `passes::carry` and
-//! `marks::accumulating` reason about them by calls.
+//! `passes::scalars` replace the array by its elements. A function that adds into an array it
+//! was given in place (the step of a reverse sweep, `%accumulate`) is inlined like any other:
+//! in the sweep's loop its index is the loop's, its tape is read with no index check and
+//! without the slots the loop does not change (`passes::fields`), and `passes::carry` and
+//! `marks::accumulating` see the in-place addition (`vl_acc_owned`) in the loop's body as
+//! they saw the call. Functions that set globals or boxed objects' fields are left alone.
 //!
 //! Callees come first (the call graph's components in order), and each function gets its
 //! scalar optimisation (`passes::scalar_optimise`) once its calls are inlined: a callee is
@@ -177,18 +180,16 @@ fn optimise_verified(p: &mut Program, id: usize) -> Result<(), VerifyError> {
     })
 }
 
-/// Whether a function (already known not to recurse) may be inlined: a small
-/// specialised function that writes nothing and returns only at the ends of its blocks.
+/// Whether a function (already known not to recurse) may be inlined: a small specialised
+/// function that returns only at the ends of its blocks and writes at most into arrays (its
+/// own, or in place into the accumulator it was given: a reverse sweep's step).
 pub fn inlinable(f: &Function, limit: usize) -> bool {
     if !matches!(f.kind, FuncKind::Specialised { .. }) || code_size(&f.body) > limit {
         return false;
     }
-    // Stores into an array the function makes itself (a small `build` unrolled) are its own
-    // business; any other store writes into what it was given.
-    let own = own_arrays(&f.body);
     let mut writes = false;
     walk(&f.body, &mut |s| {
-        writes |= writes_given(s, &own)
+        writes |= matches!(s, Stmt::SetField { .. } | Stmt::SetGlobal(..))
             || match s {
                 Stmt::Release(_)
                 | Stmt::Loop(_)

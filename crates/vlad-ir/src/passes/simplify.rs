@@ -38,6 +38,7 @@ pub fn function(f: &mut Function) {
         lengths: HashMap::new(),
         counted: HashMap::new(),
         integers: HashMap::new(),
+        last_of: HashMap::new(),
         facts: Vec::new(),
         nonempty: Vec::new(),
     };
@@ -119,6 +120,8 @@ struct Cx {
     counted: HashMap<Var, Var>,
     /// Reals that are integers computed as such too (`integer_sum`).
     integers: HashMap<Var, Operand>,
+    /// Integers that are a count less one (`integer_sum`): the count.
+    last_of: HashMap<Var, Operand>,
     /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
     /// which hold only in the rest of that block.
     facts: Vec<Vec<Var>>,
@@ -654,6 +657,9 @@ impl Cx {
         let Op::Binary(f @ (BinOp::FAdd | BinOp::FSub), a, b) = op else {
             return None;
         };
+        if let Some(stmt) = self.reversed_index(v, *f, a, b) {
+            return Some(stmt);
+        }
         let small = |c: f64| c.fract() == 0.0 && c.abs() < 4503599627370496.0;
         let (x, c) = match (self.integer_of(a), b) {
             (Some(x), Operand::F64(c)) if self.is_natural(&x) && small(*c) => (x, *c as i64),
@@ -678,8 +684,38 @@ impl Cx {
         if c >= 0 && int == BinOp::IAdd {
             self.natural.insert(k);
         }
+        if c == 1 && int == BinOp::ISub && self.is_fixed(&x) {
+            self.last_of.insert(k, x.clone());
+        }
         self.integers.insert(v, Operand::Var(k));
         Some(Stmt::Let(vec![k], Op::Binary(int, x, Operand::I64(c))))
+    }
+
+    /// `(- (- n 1) i)` for a counter `i` below the count `n` (the index from the end that a
+    /// reverse sweep reads its tape at): also computed as an integer, which is a natural
+    /// number below `n` too. Exact: the three are naturals below the count, which is below
+    /// 2^53 (a loop of 2^53 steps does not end).
+    fn reversed_index(&mut self, v: Var, f: BinOp, a: &Operand, b: &Operand) -> Option<Stmt> {
+        if f != BinOp::FSub {
+            return None;
+        }
+        let (Some(Operand::Var(last)), Some(Operand::Var(i))) =
+            (self.integer_of(a), self.integer_of(b))
+        else {
+            return None;
+        };
+        let n = self.last_of.get(&last)?.clone();
+        if self.below.get(&i) != Some(&n) || !self.is_fixed(&Operand::Var(i)) {
+            return None;
+        }
+        let k = fresh_var(&mut self.vars, Ty::I64, "k");
+        self.natural.insert(k);
+        self.below.insert(k, n);
+        self.integers.insert(v, Operand::Var(k));
+        Some(Stmt::Let(
+            vec![k],
+            Op::Binary(BinOp::ISub, Operand::Var(last), Operand::Var(i)),
+        ))
     }
 
     /// Whether a real is never -0 (looking `depth` definitions back): a square, an
