@@ -1366,10 +1366,25 @@ static void vl_gc_settings(void) {
   const char *min = getenv("VLAD_GC_MIN_BYTES");
   if (min && atol(min) >= 0) vl_gc_min_plus1 = (size_t)atol(min) + 1;
 }
+/* The bytes allocated since the mark are found without the chunk table while the arena is
+   still in the mark's chunk (the common case, at every step of a loop). A collection keeps at
+   least the flat arrays the loop carries: until the steps have allocated VL_GC_FACTOR times
+   their size it is not due (a reverse sweep's first step makes
+   the dense sensitivity it then adds into: collecting there copied all of it and freed
+   nothing), and that is the next budget. Not when VLAD_GC_MIN_BYTES is set: the tests set it
+   to make the collector run. */
 static inline long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
   size_t min = vl_gc_min_plus1 ? vl_gc_min_plus1 - 1 : VL_GC_MIN;
   size_t limit = (size_t)budget > min ? (size_t)budget : min;
-  if (vl_pos(vl_cur, vl_chunk) - vl_pos(m.cur, m.chunk) <= limit) return budget;
+  size_t used = m.cur == vl_cur ? (size_t)(vl_chunk - m.chunk)
+                                : vl_pos(vl_cur, vl_chunk) - vl_pos(m.cur, m.chunk);
+  if (used <= limit) return budget;
+  if (!vl_gc_min_plus1) {
+    size_t kept = 0;
+    for (int i = 0; i < n; i++)
+      if (xs[i] && xs[i]->kind == VL_FLAT) kept += vl_flat_bytes(xs[i]);
+    if (used <= VL_GC_FACTOR * kept) return (long)(VL_GC_FACTOR * kept);
+  }
   return vl_collect_now(m, xs, n);
 }
 
