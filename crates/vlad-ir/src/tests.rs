@@ -3999,6 +3999,115 @@ fn an_index_counted_from_the_end_of_the_loop_is_in_range() {
     verify(&p).unwrap();
     let text = crate::print::function(&p, FuncId(0));
     assert!(text.contains("rt vl_index("), "{text}");
+    // The same in integers (what a later round sees): no check.
+    let mut p = sum_from_the_end(true);
+    let f = p.func_mut(FuncId(0));
+    let int = |x: &Operand| match x {
+        Operand::F64(c) => Operand::I64(*c as i64),
+        x => x.clone(),
+    };
+    walk_mut(&mut f.body, &mut |s| match s {
+        Stmt::Let(_, op @ Op::Binary(BinOp::FSub, ..)) => {
+            if let Op::Binary(_, a, b) = &*op {
+                *op = Op::Binary(BinOp::ISub, int(a), int(b));
+            }
+        }
+        Stmt::Let(_, op @ Op::Unary(UnOp::I64ToF64, _)) => {
+            if let Op::Unary(_, x) = &*op {
+                *op = Op::Copy(x.clone());
+            }
+        }
+        Stmt::Let(_, Op::Rt(rt @ Rt::Index, _)) => *rt = Rt::IndexI64,
+        _ => {}
+    });
+    for v in &mut f.vars {
+        if ["nr", "last", "r", "j"]
+            .iter()
+            .any(|p| v.name.starts_with(p))
+        {
+            v.ty = Ty::I64;
+        }
+    }
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("vl_index"), "{text}");
+}
+
+#[test]
+fn an_index_from_the_end_of_a_count_checked_in_a_record_is_an_integer() {
+    // f0(a, c): vl_check_count(c); for i < f64toi64 c: get a ((c - 1) - i) -- the inner sweep
+    // of a nested loop, whose count its tape's record holds as a real.
+    let mut b = Builder::new();
+    let a = b.named_var(Ty::Array(layout(&[Ty::F64])), "a".into());
+    let c = b.named_var(Ty::F64, "c".into());
+    b.effect(Op::Rt(
+        Rt::CheckCount,
+        vec![
+            Operand::I64(1),
+            Operand::Str("ifold".into()),
+            Operand::Str("count".into()),
+            Operand::Var(c),
+        ],
+    ));
+    let m = b.let1(Ty::I64, "m", Op::Unary(UnOp::F64ToI64, Operand::Var(c)));
+    let last = b.let1(
+        Ty::F64,
+        "last",
+        Op::Binary(BinOp::FSub, Operand::Var(c), Operand::F64(1.0)),
+    );
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let acc = b.var(Ty::F64, "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
+    let j = b.let1(
+        Ty::F64,
+        "j",
+        Op::Binary(BinOp::FSub, Operand::Var(last), Operand::Var(r)),
+    );
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Rt(
+            Rt::Index,
+            vec![Operand::I64(1), Operand::Var(j), Operand::Var(n)],
+        ),
+    );
+    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(k));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![acc],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(m),
+        index: i,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let f = b.finish(spec(0), vec![a, c], layout(&[Ty::F64]));
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    let mut p = Program {
+        sites: vec![site; 2],
+        ..program(vec![f])
+    };
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The record's count need not be the array's length: checked, but as an integer.
+    assert!(!text.contains("rt vl_index("), "{text}");
+    assert!(text.contains("rt vl_index_i("), "{text}");
+    assert!(text.contains("vl_check_count"), "{text}");
 }
 
 /// `f0(a: array(f64), b: array(f64), n: i64) -> (f64, ..)`: a tape of n records

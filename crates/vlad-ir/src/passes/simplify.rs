@@ -39,6 +39,8 @@ pub fn function(f: &mut Function) {
         counted: HashMap::new(),
         integers: HashMap::new(),
         last_of: HashMap::new(),
+        counts: HashSet::new(),
+        checked: Vec::new(),
         facts: Vec::new(),
         nonempty: Vec::new(),
     };
@@ -122,6 +124,10 @@ struct Cx {
     integers: HashMap<Var, Operand>,
     /// Integers that are a count less one (`integer_sum`): the count.
     last_of: HashMap<Var, Operand>,
+    /// Reals that a `vl_check_count` found natural numbers, in the blocks that hold it
+    /// (`learn_count`), and for each open block, those it checked.
+    counts: HashSet<Var>,
+    checked: Vec<Vec<Var>>,
     /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
     /// which hold only in the rest of that block.
     facts: Vec<Vec<Var>>,
@@ -133,6 +139,7 @@ impl Cx {
     fn block(&mut self, block: &mut Block) {
         self.avail.push(HashMap::new());
         self.facts.push(Vec::new());
+        self.checked.push(Vec::new());
         let mut out = Vec::with_capacity(block.len());
         let mut todo: std::collections::VecDeque<Stmt> = std::mem::take(block).into();
         while let Some(mut s) = todo.pop_front() {
@@ -161,8 +168,12 @@ impl Cx {
                     if vs.is_empty() && self.needless_check(op) {
                         continue;
                     }
+                    if vs.is_empty() {
+                        self.learn_count(op);
+                    }
                     if let [v] = vs[..] {
                         self.learn(v, op);
+                        self.learn_counted(v, op);
                         out.extend(self.integer_sum(v, op));
                     }
                 }
@@ -234,6 +245,38 @@ impl Cx {
         self.avail.pop();
         for v in self.facts.pop().unwrap_or_default() {
             self.subst.remove(&v);
+        }
+        for r in self.checked.pop().unwrap_or_default() {
+            self.counts.remove(&r);
+            self.integers.remove(&r);
+        }
+    }
+
+    /// After `vl_check_count` of a real (a count a tape's record holds: the inner loop's
+    /// count, for the sweep of a loop nested in a loop), the rest of the block knows it is a
+    /// natural number (`learn_counted`).
+    fn learn_count(&mut self, op: &Op) {
+        if let Op::Rt(Rt::CheckCount, args) = op {
+            if let Some(Operand::Var(r)) = args.last() {
+                if !self.assigned.contains(r) && !self.counts.contains(r) {
+                    self.counts.insert(*r);
+                    if let Some(scope) = self.checked.last_mut() {
+                        scope.push(*r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `t = f64toi64 r` of a real checked to be a count: the real is the integer `t` converted
+    /// (exact: r is a natural number), so that arithmetic on r is computed as integers too
+    /// (`integer_sum`, `reversed_index`), in the rest of the block the check holds in.
+    fn learn_counted(&mut self, t: Var, op: &Op) {
+        if let Op::Unary(UnOp::F64ToI64, Operand::Var(r)) = op {
+            if self.counts.contains(r) && !self.integers.contains_key(r) {
+                self.integers.insert(*r, Operand::Var(t));
+                self.natural.insert(t);
+            }
         }
     }
 
@@ -922,6 +965,24 @@ impl Cx {
             }
             Op::Length(_) => {
                 self.natural.insert(v);
+            }
+            // A count less one, and the index from the end that it gives (`reversed_index`
+            // makes them from reals; a later round sees the integers).
+            Op::Binary(BinOp::ISub, n @ Operand::Var(_), Operand::I64(1))
+                if self.is_natural(n) && self.is_fixed(n) =>
+            {
+                self.last_of.insert(v, n.clone());
+            }
+            Op::Binary(BinOp::ISub, Operand::Var(last), i @ Operand::Var(iv))
+                if self.is_fixed(i)
+                    && self
+                        .last_of
+                        .get(last)
+                        .is_some_and(|n| self.below.get(iv) == Some(n)) =>
+            {
+                let n = self.last_of[last].clone();
+                self.natural.insert(v);
+                self.below.insert(v, n);
             }
             Op::NewArray {
                 count: Operand::I64(n),
