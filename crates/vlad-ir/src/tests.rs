@@ -3934,10 +3934,17 @@ fn sum_from_the_end(m_is_n: bool) -> Program {
     let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
     let count = if m_is_n { n } else { m };
     let nr = b.let1(Ty::F64, "nr", Op::Unary(UnOp::I64ToF64, Operand::Var(n)));
+    fold_from_the_end(&mut b, a, nr, n, count);
+    with_sites(b.finish(spec(0), vec![a, m], layout(&[Ty::F64])))
+}
+
+/// Ends `b` with a fold of `count` steps summing `get a ((c - 1) - i)` for its counter `i`
+/// (`c` a real, the index checked against the length `n`), and its return.
+fn fold_from_the_end(b: &mut Builder, a: Var, c: Var, n: Var, count: Var) {
     let last = b.let1(
         Ty::F64,
         "last",
-        Op::Binary(BinOp::FSub, Operand::Var(nr), Operand::F64(1.0)),
+        Op::Binary(BinOp::FSub, Operand::Var(c), Operand::F64(1.0)),
     );
     let acc = b.var(Ty::F64, "acc");
     let i = b.var(Ty::I64, "i");
@@ -3956,7 +3963,7 @@ fn sum_from_the_end(m_is_n: bool) -> Program {
             vec![Operand::I64(1), Operand::Var(j), Operand::Var(n)],
         ),
     );
-    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(k));
+    let x = load(b, Ty::F64, "x", a, Operand::Var(k));
     let t = b.let1(
         Ty::F64,
         "t",
@@ -3972,15 +3979,6 @@ fn sum_from_the_end(m_is_n: bool) -> Program {
         next: vec![Operand::Var(t)],
     });
     b.push(Stmt::Return(vec![Operand::Var(acc)]));
-    let f = b.finish(spec(0), vec![a, m], layout(&[Ty::F64]));
-    let site = Site {
-        prefix: "t.vlad:1:1: error: ".into(),
-        excerpt: None,
-    };
-    Program {
-        sites: vec![site; 2],
-        ..program(vec![f])
-    }
 }
 
 #[test]
@@ -4052,54 +4050,9 @@ fn an_index_from_the_end_of_a_count_checked_in_a_record_is_an_integer() {
         ],
     ));
     let m = b.let1(Ty::I64, "m", Op::Unary(UnOp::F64ToI64, Operand::Var(c)));
-    let last = b.let1(
-        Ty::F64,
-        "last",
-        Op::Binary(BinOp::FSub, Operand::Var(c), Operand::F64(1.0)),
-    );
     let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
-    let acc = b.var(Ty::F64, "acc");
-    let i = b.var(Ty::I64, "i");
-    b.open();
-    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(i)));
-    let j = b.let1(
-        Ty::F64,
-        "j",
-        Op::Binary(BinOp::FSub, Operand::Var(last), Operand::Var(r)),
-    );
-    let k = b.let1(
-        Ty::I64,
-        "k",
-        Op::Rt(
-            Rt::Index,
-            vec![Operand::I64(1), Operand::Var(j), Operand::Var(n)],
-        ),
-    );
-    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(k));
-    let t = b.let1(
-        Ty::F64,
-        "t",
-        Op::Binary(BinOp::FAdd, Operand::Var(acc), Operand::Var(x)),
-    );
-    let body = b.close();
-    b.push(Stmt::Ifold {
-        accs: vec![acc],
-        init: vec![Operand::F64(0.0)],
-        count: Operand::Var(m),
-        index: i,
-        body,
-        next: vec![Operand::Var(t)],
-    });
-    b.push(Stmt::Return(vec![Operand::Var(acc)]));
-    let f = b.finish(spec(0), vec![a, c], layout(&[Ty::F64]));
-    let site = Site {
-        prefix: "t.vlad:1:1: error: ".into(),
-        excerpt: None,
-    };
-    let mut p = Program {
-        sites: vec![site; 2],
-        ..program(vec![f])
-    };
+    fold_from_the_end(&mut b, a, c, n, m);
+    let mut p = with_sites(b.finish(spec(0), vec![a, c], layout(&[Ty::F64])));
     verify(&p).unwrap();
     passes::simplify::run(&mut p);
     verify(&p).unwrap();
