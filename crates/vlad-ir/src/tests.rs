@@ -4260,3 +4260,47 @@ fn a_step_that_adds_into_its_accumulator_in_place_is_inlined() {
     assert!(!text.contains("call f1"), "{text}");
     assert!(text.contains("store acc"), "{text}");
 }
+
+#[test]
+fn a_checked_count_is_read_as_its_integer_only_where_the_integer_is_visible() {
+    // f0(c, flag): vl_check_count(c); if flag { m = f64toi64 c; return m converted };
+    // f64toi64 (c - 1) converted: after the `if`, m is out of scope, and `c - 1` must not be
+    // computed from it.
+    let mut b = Builder::new();
+    let c = b.named_var(Ty::F64, "c".into());
+    let flag = b.named_var(Ty::Bool, "flag".into());
+    b.effect(Op::Rt(
+        Rt::CheckCount,
+        vec![
+            Operand::I64(1),
+            Operand::Str("build".into()),
+            Operand::Str("length".into()),
+            Operand::Var(c),
+        ],
+    ));
+    b.open();
+    let m = b.let1(Ty::I64, "m", Op::Unary(UnOp::F64ToI64, Operand::Var(c)));
+    let mr = b.let1(Ty::F64, "mr", Op::Unary(UnOp::I64ToF64, Operand::Var(m)));
+    b.push(Stmt::Return(vec![Operand::Var(mr)]));
+    let then = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(flag),
+        then,
+        els: vec![],
+    });
+    let j = b.let1(
+        Ty::F64,
+        "j",
+        Op::Binary(BinOp::FSub, Operand::Var(c), Operand::F64(1.0)),
+    );
+    // An integer conversion of `c - 1`, which reads the integer of `c` where it has one.
+    let k = b.let1(Ty::I64, "k", Op::Unary(UnOp::F64ToI64, Operand::Var(j)));
+    let kr = b.let1(Ty::F64, "kr", Op::Unary(UnOp::I64ToF64, Operand::Var(k)));
+    b.push(Stmt::Return(vec![Operand::Var(kr)]));
+    let mut p = with_sites(b.finish(spec(0), vec![c, flag], layout(&[Ty::F64])));
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(text.contains("fsub c"), "{text}");
+}

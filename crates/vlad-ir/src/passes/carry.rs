@@ -532,9 +532,6 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>], a
     }
 }
 
-/// Marks and releases for the `ifold`s whose accumulators hold pointers: the pointer-free
-/// arrays among them copied down after each step, anything else kept by a collection when
-/// one is due.
 /// The arrays a block adds into in place, as `%accumulate`'s code does (crates/vlad-lower,
 /// accumulate.rs): an accumulator that `vl_acc_owned` finds the sweep's own, a copy that
 /// `vl_acc_mark` makes one, and the variables that are assigned or copied one of them. Only
@@ -564,6 +561,9 @@ fn accumulation_targets(body: &[Stmt]) -> HashSet<Var> {
     }
 }
 
+/// Marks and releases for the `ifold`s whose accumulators hold pointers: the pointer-free
+/// arrays among them copied down after each step, anything else kept by a collection when
+/// one is due.
 fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashSet<FuncId>) {
     flat_map(block, &mut |mut s| {
         let Stmt::Ifold {

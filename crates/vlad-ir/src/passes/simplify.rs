@@ -125,9 +125,10 @@ struct Cx {
     /// Integers that are a count less one (`integer_sum`): the count.
     last_of: HashMap<Var, Operand>,
     /// Reals that a `vl_check_count` found natural numbers, in the blocks that hold it
-    /// (`learn_count`), and for each open block, those it checked.
+    /// (`learn_count`); for each open block, the reals it checked (`true`) and those whose
+    /// integer it defined (`false`, `learn_counted`), forgotten when it ends.
     counts: HashSet<Var>,
-    checked: Vec<Vec<Var>>,
+    checked: Vec<Vec<(Var, bool)>>,
     /// For each open block, innermost last: the copies learned from the checks in it (`learn_check`),
     /// which hold only in the rest of that block.
     facts: Vec<Vec<Var>>,
@@ -246,9 +247,12 @@ impl Cx {
         for v in self.facts.pop().unwrap_or_default() {
             self.subst.remove(&v);
         }
-        for r in self.checked.pop().unwrap_or_default() {
-            self.counts.remove(&r);
-            self.integers.remove(&r);
+        for (r, count) in self.checked.pop().unwrap_or_default() {
+            if count {
+                self.counts.remove(&r);
+            } else {
+                self.integers.remove(&r);
+            }
         }
     }
 
@@ -261,7 +265,7 @@ impl Cx {
                 if !self.assigned.contains(r) && !self.counts.contains(r) {
                     self.counts.insert(*r);
                     if let Some(scope) = self.checked.last_mut() {
-                        scope.push(*r);
+                        scope.push((*r, true));
                     }
                 }
             }
@@ -270,12 +274,16 @@ impl Cx {
 
     /// `t = f64toi64 r` of a real checked to be a count: the real is the integer `t` converted
     /// (exact: r is a natural number), so that arithmetic on r is computed as integers too
-    /// (`integer_sum`, `reversed_index`), in the rest of the block the check holds in.
+    /// (`integer_sum`, `reversed_index`), in the rest of the block that defines `t`.
     fn learn_counted(&mut self, t: Var, op: &Op) {
         if let Op::Unary(UnOp::F64ToI64, Operand::Var(r)) = op {
             if self.counts.contains(r) && !self.integers.contains_key(r) {
                 self.integers.insert(*r, Operand::Var(t));
                 self.natural.insert(t);
+                // `t` is visible in the rest of this block only.
+                if let Some(scope) = self.checked.last_mut() {
+                    scope.push((*r, false));
+                }
             }
         }
     }
