@@ -42,6 +42,22 @@ fn add_one() -> Function {
     b.finish(spec(0), vec![a], layout(&[Ty::F64]))
 }
 
+/// `acc[i] := acc[i] + 1`, in place.
+fn add_one_in_place(b: &mut Builder, acc: Var, i: Var) {
+    let y = load(b, Ty::F64, "y", acc, Operand::Var(i));
+    let y1 = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(y), Operand::F64(1.0)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(acc),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(y1),
+    });
+}
+
 fn program(funcs: Vec<Function>) -> Program {
     Program {
         funcs,
@@ -2434,18 +2450,7 @@ fn sweep_step(given: Given) -> Function {
         then: vec![],
         els: fail,
     });
-    let y = load(&mut b, Ty::F64, "y", acc, Operand::Var(i));
-    let y1 = b.let1(
-        Ty::F64,
-        "y",
-        Op::Binary(BinOp::FAdd, Operand::Var(y), Operand::F64(1.0)),
-    );
-    b.push(Stmt::Store {
-        array: Operand::Var(acc),
-        index: Operand::Var(i),
-        slot: 0,
-        value: Operand::Var(y1),
-    });
+    add_one_in_place(&mut b, acc, i);
     let xi = load(&mut b, Ty::F64, "xi", x, Operand::Var(i));
     let s1 = b.let1(
         Ty::F64,
@@ -4212,18 +4217,7 @@ fn a_step_that_adds_into_its_accumulator_in_place_is_inlined() {
     let mut b = Builder::new();
     let acc = b.named_var(arr.clone(), "acc".into());
     let i = b.named_var(Ty::I64, "i".into());
-    let x = load(&mut b, Ty::F64, "x", acc, Operand::Var(i));
-    let y = b.let1(
-        Ty::F64,
-        "y",
-        Op::Binary(BinOp::FAdd, Operand::Var(x), Operand::F64(1.0)),
-    );
-    b.push(Stmt::Store {
-        array: Operand::Var(acc),
-        index: Operand::Var(i),
-        slot: 0,
-        value: Operand::Var(y),
-    });
+    add_one_in_place(&mut b, acc, i);
     b.push(Stmt::Return(vec![Operand::Var(acc)]));
     let step = b.finish(spec(1), vec![acc, i], layout(std::slice::from_ref(&arr)));
     let mut b = Builder::new();

@@ -61,8 +61,9 @@ pub fn run(p: &mut Program) {
         if alloc.contains(&id) && !globals.contains(&id) && !done.contains(&id) {
             release_before_tail_calls(f, id, &params, accumulating.contains(&id));
         }
+        let owned = super::unread::owned(f);
         let mut vars = std::mem::take(&mut f.vars);
-        carry_ifolds(&mut f.body, &mut vars, &accumulating);
+        carry_ifolds(&mut f.body, &mut vars, &accumulating, &owned);
         f.vars = vars;
     }
 }
@@ -532,39 +533,16 @@ fn release_before_tail_calls(f: &mut Function, me: FuncId, params: &[Vec<Ty>], a
     }
 }
 
-/// The arrays a block adds into in place, as `%accumulate`'s code does (crates/vlad-lower,
-/// accumulate.rs): an accumulator that `vl_acc_owned` finds the sweep's own, a copy that
-/// `vl_acc_mark` makes one, and the variables that are assigned or copied one of them. Only
-/// the sweep holds such an array (the lowering guarantees it), so a store into one keeps
-/// nothing older than the sweep alive.
-fn accumulation_targets(body: &[Stmt]) -> HashSet<Var> {
-    let mut out: HashSet<Var> = HashSet::new();
-    walk(body, &mut |s| match s {
-        Stmt::Let(vs, Op::Rt(crate::Rt::AccMark, _)) => out.extend(vs),
-        Stmt::Let(_, Op::Rt(crate::Rt::AccOwned, args)) => {
-            out.extend(args.iter().filter_map(Operand::var))
-        }
-        _ => {}
-    });
-    loop {
-        let before = out.len();
-        let mut new = Vec::new();
-        walk(body, &mut |s| match s {
-            Stmt::Set(v, Operand::Var(y)) if out.contains(y) => new.push(*v),
-            Stmt::Let(vs, Op::Copy(Operand::Var(y))) if out.contains(y) => new.extend(vs),
-            _ => {}
-        });
-        out.extend(new);
-        if out.len() == before {
-            return out;
-        }
-    }
-}
-
 /// Marks and releases for the `ifold`s whose accumulators hold pointers: the pointer-free
 /// arrays among them copied down after each step, anything else kept by a collection when
 /// one is due.
-fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashSet<FuncId>) {
+/// `owned`: the arrays of the function that no one else holds (`unread::owned`).
+fn carry_ifolds(
+    block: &mut Block,
+    vars: &mut Vec<VarInfo>,
+    accumulating: &HashSet<FuncId>,
+    owned: &[bool],
+) {
     flat_map(block, &mut |mut s| {
         let Stmt::Ifold {
             accs, body, next, ..
@@ -593,16 +571,13 @@ fn carry_ifolds(block: &mut Block, vars: &mut Vec<VarInfo>, accumulating: &HashS
         // does (`marks::accumulating`), is collected but not copied down at every step (only
         // the loop holds the array it adds into: a collection may move it, marked as its own);
         // an `ifold` nested in the step that adds in place adds into arrays it made itself,
-        // which do not count, and neither do the stores of such a step inlined (into the
-        // arrays `accumulation_targets` finds), which were the callee's before.
-        let mut fresh = accumulation_targets(body);
-        walk(body, &mut |x| match x {
-            Stmt::Let(vs, Op::NewArray { .. } | Op::ArrayOf { .. }) => fresh.extend(vs),
-            Stmt::Build { array, .. } => {
-                fresh.insert(*array);
-            }
-            _ => {}
-        });
+        // which do not count, and neither do the stores of such a step inlined (into its
+        // accumulators, `vl_acc_mark`'s and `vl_acc_owned`'s), which were the callee's
+        // before: the arrays the step defines that no one else holds.
+        let fresh: HashSet<Var> = defined_in(body)
+            .into_iter()
+            .filter(|v| owned.get(v.0 as usize).copied().unwrap_or(false))
+            .collect();
         let mut keep = false;
         walk(body, &mut |x| {
             keep |= match x {

@@ -348,7 +348,7 @@ fn lengths(b: &[Stmt]) -> HashMap<Var, Var> {
 /// literal, `build`), those `vl_acc_mark` marks, and a variable every assignment of which is
 /// one of these, or a parameter `p` assigned where `vl_acc_owned(p)` holds (the branch of the
 /// accumulation that adds into the accumulator it was given).
-fn owned(func: &Function) -> Vec<bool> {
+pub(crate) fn owned(func: &Function) -> Vec<bool> {
     let mut made = vec![false; func.vars.len()];
     // The results of `vl_acc_owned(p)`, and `p`.
     let mut owned_checks = HashMap::new();
