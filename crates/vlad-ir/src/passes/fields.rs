@@ -34,6 +34,7 @@ use std::collections::{HashMap, HashSet};
 pub fn run(p: &mut Program) {
     invariant_slots(p);
     let escaped = uses(p).escaped;
+    site_slots(p, &escaped);
     own_index(p, &escaped);
     merge_same(p, &escaped);
     let use_ = uses(p);
@@ -385,6 +386,216 @@ fn visible_at_arrays(block: &[Stmt], visible: &mut Vec<Var>, out: &mut HashMap<V
         }
     }
     visible.truncate(depth);
+}
+
+/// What the writes of a real slot of a site's elements store (`site_slots`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum SlotValue {
+    /// Nothing known yet (no write, or only copies not yet resolved).
+    Any,
+    /// The index of the element, as a real.
+    Index,
+    /// This constant (its bits).
+    Const(u64),
+    Other,
+}
+
+impl SlotValue {
+    fn meet(self, o: SlotValue) -> SlotValue {
+        match (self, o) {
+            (SlotValue::Any, x) | (x, SlotValue::Any) => x,
+            (x, y) if x == y => x,
+            _ => SlotValue::Other,
+        }
+    }
+}
+
+/// `own_index` by the site each array was made at (`provenance`) rather than by layout, and
+/// for constants too: a load of a real slot from an array whose every possible site's writes
+/// store the element's own index there (or all one constant) reads that index (or constant).
+/// Forward-over-reverse code makes the tangent half of a tape with the layout of the tape,
+/// its index slot the constant 0: by layout the slot is neither, by site each is one.
+fn site_slots(p: &mut Program, escaped: &HashSet<Layout>) {
+    /// What one write stores into a real slot.
+    enum Is {
+        Known(SlotValue),
+        /// A load of slot `.1` of an array of these sites (`None`: anywhere), at the index the
+        /// write is at.
+        Copy(Option<Vec<u32>>, u32),
+    }
+    let Some(pr) = super::provenance::analyse(p, escaped) else {
+        return;
+    };
+    if pr.sites.is_empty() {
+        return;
+    }
+    // Every write: the sites it may write into, the slot, what it stores.
+    let mut writes: Vec<(Vec<u32>, u32, Is)> = Vec::new();
+    for (fi, f) in p.funcs.iter().enumerate() {
+        let assigned = super::simplify::mutable(&f.body);
+        let mut reals: HashMap<Var, Var> = HashMap::new();
+        let mut loads: HashMap<Var, (Operand, Operand, u32)> = HashMap::new();
+        walk(&f.body, &mut |s| match s {
+            Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, Operand::Var(i)))
+                if vs.len() == 1 && !assigned.contains(&vs[0]) && !assigned.contains(i) =>
+            {
+                reals.insert(vs[0], *i);
+            }
+            Stmt::Let(
+                vs,
+                Op::Load {
+                    array: array @ Operand::Var(a),
+                    index,
+                    slot,
+                },
+            ) if vs.len() == 1
+                && !assigned.contains(&vs[0])
+                && !assigned.contains(a)
+                && index.var().is_none_or(|i| !assigned.contains(&i)) =>
+            {
+                loads.insert(vs[0], (array.clone(), index.clone(), *slot));
+            }
+            _ => {}
+        });
+        let classify = |x: &Operand, at: &Operand| -> Is {
+            match x {
+                Operand::F64(c) => Is::Known(SlotValue::Const(c.to_bits())),
+                Operand::Var(v) if !assigned.contains(v) => {
+                    let at = at.var().filter(|i| !assigned.contains(i));
+                    if at.is_some() && reals.get(v) == at.as_ref() {
+                        return Is::Known(SlotValue::Index);
+                    }
+                    match loads.get(v) {
+                        Some((b, i, j)) if at.is_some() && i.var() == at => {
+                            Is::Copy(pr.origin(fi, f, b).map(|o| o.into_iter().collect()), *j)
+                        }
+                        _ => Is::Known(SlotValue::Other),
+                    }
+                }
+                _ => Is::Known(SlotValue::Other),
+            }
+        };
+        walk(&f.body, &mut |s| match s {
+            Stmt::Store {
+                array,
+                index,
+                slot,
+                value,
+            } => {
+                let Some(Ty::Array(l)) = array.var().map(|a| f.ty(a)) else {
+                    return;
+                };
+                if escaped.contains(l) || l[*slot as usize] != Ty::F64 {
+                    return;
+                }
+                let into = match pr.origin(fi, f, array) {
+                    Some(o) => o.into_iter().collect(),
+                    None => pr.by_layout.get(l).cloned().unwrap_or_default(),
+                };
+                writes.push((into, *slot, classify(value, index)));
+            }
+            Stmt::Build {
+                array,
+                layout,
+                index,
+                elem,
+                ..
+            } => {
+                if let Some(&id) = pr.site_of.get(&(fi, *array)) {
+                    for (k, x) in elem.iter().enumerate() {
+                        if layout[k] == Ty::F64 {
+                            writes.push((vec![id], k as u32, classify(x, &Operand::Var(*index))));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        });
+    }
+    let mut value: HashMap<(u32, u32), SlotValue> = HashMap::new();
+    for (into, k, is) in &writes {
+        if let Is::Known(x) = is {
+            for s in into {
+                let e = value.entry((*s, *k)).or_insert(SlotValue::Any);
+                *e = e.meet(*x);
+            }
+        }
+    }
+    loop {
+        let mut changed = false;
+        for (into, k, is) in &writes {
+            let Is::Copy(from, j) = is else {
+                continue;
+            };
+            let x = match from {
+                None => SlotValue::Other,
+                Some(sites) => sites.iter().fold(SlotValue::Any, |x, s| {
+                    x.meet(value.get(&(*s, *j)).copied().unwrap_or(SlotValue::Any))
+                }),
+            };
+            for s in into {
+                let e = value.entry((*s, *k)).or_insert(SlotValue::Any);
+                let m = e.meet(x);
+                if m != *e {
+                    *e = m;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (fi, f) in p.funcs.iter_mut().enumerate() {
+        // Each rewritten load, by the variable it defines (unique in its function).
+        let mut rewrites: HashMap<Var, Op> = HashMap::new();
+        walk(&f.body, &mut |s| {
+            let Stmt::Let(
+                vs,
+                Op::Load {
+                    array: array @ Operand::Var(a),
+                    index,
+                    slot,
+                },
+            ) = s
+            else {
+                return;
+            };
+            let (Ty::Array(l), [v]) = (f.ty(*a), &vs[..]) else {
+                return;
+            };
+            if l[*slot as usize] != Ty::F64 {
+                return;
+            }
+            let Some(sites) = pr.origin(fi, f, array) else {
+                return;
+            };
+            // A site whose slot no resolved write stores into reads as nothing known.
+            let x = sites.iter().fold(SlotValue::Any, |x, s| {
+                x.meet(match value.get(&(*s, *slot)) {
+                    Some(SlotValue::Any) | None => SlotValue::Other,
+                    Some(v) => *v,
+                })
+            });
+            let op = match x {
+                SlotValue::Index => Op::Unary(UnOp::I64ToF64, index.clone()),
+                SlotValue::Const(c) => Op::Copy(Operand::F64(f64::from_bits(c))),
+                _ => return,
+            };
+            rewrites.insert(*v, op);
+        });
+        if rewrites.is_empty() {
+            continue;
+        }
+        walk_mut(&mut f.body, &mut |s| {
+            if let Stmt::Let(vs, op @ Op::Load { .. }) = s {
+                if let Some(new) = vs.first().and_then(|v| rewrites.remove(v)) {
+                    *op = new;
+                }
+            }
+        });
+        super::simplify::function(f);
+    }
 }
 
 /// Makes the loads of a slot that every write of its layout stores its own index into, as a

@@ -11,6 +11,7 @@ pub mod inline;
 pub mod loops;
 pub mod machines;
 pub mod marks;
+pub mod provenance;
 pub mod reuse;
 pub mod same_args;
 pub mod scalars;
