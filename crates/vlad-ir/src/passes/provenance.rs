@@ -161,6 +161,28 @@ pub fn analyse(p: &Program, escaped: &HashSet<Layout>) -> Option<Provenance> {
     None
 }
 
+/// The arguments of a call (in function `fi`) joined into callee `c`'s parameters: whether
+/// any grew.
+fn pass_args(
+    pr: &mut Provenance,
+    p: &Program,
+    fi: usize,
+    f: &Function,
+    c: usize,
+    args: &[Operand],
+) -> bool {
+    let g = &p.funcs[c];
+    let mut changed = false;
+    for (param, x) in g.params.iter().zip(args) {
+        if pr.followed(g.ty(*param)) {
+            let o = pr.origin(fi, f, x);
+            let e = pr.vars.entry((c, *param)).or_insert(Some(BTreeSet::new()));
+            changed |= join(e, &o);
+        }
+    }
+    changed
+}
+
 /// One statement's effect on the origins: whether any grew.
 fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> bool {
     let mut changed = false;
@@ -186,14 +208,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
             Op::Call { func, args, guard } => {
                 for callee in std::iter::once(func).chain(guard.as_ref()) {
                     let c = callee.0 as usize;
-                    let g = &p.funcs[c];
-                    for (param, x) in g.params.iter().zip(args) {
-                        let o = pr.origin(fi, f, x);
-                        if pr.followed(g.ty(*param)) {
-                            let e = pr.vars.entry((c, *param)).or_insert(Some(BTreeSet::new()));
-                            changed |= join(e, &o);
-                        }
-                    }
+                    changed |= pass_args(pr, p, fi, f, c, args);
                     for (i, v) in vs.iter().enumerate() {
                         let o = pr
                             .results
@@ -270,14 +285,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
         }
         Stmt::TailCall { func, args } => {
             let c = func.0 as usize;
-            let g = &p.funcs[c];
-            for (param, x) in g.params.iter().zip(args) {
-                let o = pr.origin(fi, f, x);
-                if pr.followed(g.ty(*param)) {
-                    let e = pr.vars.entry((c, *param)).or_insert(Some(BTreeSet::new()));
-                    changed |= join(e, &o);
-                }
-            }
+            changed |= pass_args(pr, p, fi, f, c, args);
             for i in 0..f.results.len() {
                 if pr.followed(&f.results[i]) {
                     let o = pr
