@@ -730,25 +730,36 @@ impl<'e, 'p> Writer<'e, 'p> {
                     values,
                 },
             ) => {
-                // The values go through an array the collector updates; nothing else holds
-                // them after it (the verifier's rule for releases).
+                // The results are the values and the budget unless the collection is due;
+                // then the values go through an array the collector updates, and nothing else
+                // holds them after it (the verifier's rule for releases). Tested first, so
+                // that the values need not be in memory at the steps that do not collect.
                 let Some((after, kept)) = vs.split_last() else {
                     return Err(EmitError("a collection without results".into()));
                 };
-                let c = self.fresh();
-                let items = self.operands(values);
-                let m = self.operand(mark);
-                let b = self.operand(budget);
-                self.line(d, format!("V {c}[] = {{{items}}};"));
-                let lhs = self.define(*after);
-                self.line(
-                    d,
-                    format!("{lhs}vl_collect({m}, {c}, {}, {b});", values.len()),
-                );
-                for (n, v) in kept.iter().enumerate() {
+                for (v, x) in kept.iter().zip(values) {
                     let lhs = self.define(*v);
-                    self.line(d, format!("{lhs}{c}[{n}];"));
+                    let x = self.operand(x);
+                    self.line(d, format!("{lhs}{x};"));
                 }
+                let lhs = self.define(*after);
+                let b = self.operand(budget);
+                self.line(d, format!("{lhs}{b};"));
+                let c = self.fresh();
+                let items: Vec<String> = kept.iter().map(|v| self.var(*v)).collect();
+                let m = self.operand(mark);
+                let after = self.var(*after);
+                let mut text = format!(
+                    "if (vl_collect_due({m}, {after})) {{ V {c}[] = {{{}}}; \
+                     {after} = vl_collect({m}, {c}, {}, {after});",
+                    items.join(", "),
+                    items.len()
+                );
+                for (n, v) in items.iter().enumerate() {
+                    let _ = write!(text, " {v} = {c}[{n}];");
+                }
+                text.push_str(" }");
+                self.line(d, text);
             }
             Stmt::Let(vs, Op::ArrayOf { layout, slots }) => {
                 // The slots as static data, copied into a new array.

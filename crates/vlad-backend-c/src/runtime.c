@@ -1373,12 +1373,21 @@ static void vl_gc_settings(void) {
    the dense sensitivity it then adds into: collecting there copied all of it and freed
    nothing), and that is the next budget. Not when VLAD_GC_MIN_BYTES is set: the tests set it
    to make the collector run. */
-static inline long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
+static inline size_t vl_used_since(vl_mark_t m) {
+  return m.cur == vl_cur ? (size_t)(vl_chunk - m.chunk)
+                         : vl_pos(vl_cur, vl_chunk) - vl_pos(m.cur, m.chunk);
+}
+/* Whether the collection is due (the test above). The generated code tests it at the back
+   edge before it puts the carried values in the array vl_collect updates, so that they stay
+   in registers through the iterations that collect nothing. */
+static inline int vl_collect_due(vl_mark_t m, long budget) {
   size_t min = vl_gc_min_plus1 ? vl_gc_min_plus1 - 1 : VL_GC_MIN;
   size_t limit = (size_t)budget > min ? (size_t)budget : min;
-  size_t used = m.cur == vl_cur ? (size_t)(vl_chunk - m.chunk)
-                                : vl_pos(vl_cur, vl_chunk) - vl_pos(m.cur, m.chunk);
-  if (used <= limit) return budget;
+  return vl_used_since(m) > limit;
+}
+static long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
+  if (!vl_collect_due(m, budget)) return budget;
+  size_t used = vl_used_since(m);
   if (!vl_gc_min_plus1) {
     size_t kept = 0;
     for (int i = 0; i < n; i++)
