@@ -419,8 +419,8 @@ fn site_slots(p: &mut Program, escaped: &HashSet<Layout>) {
     /// What one write stores into a real slot.
     enum Is {
         Known(SlotValue),
-        /// A load of slot `.1` of an array of these sites (`None`: anywhere), at the index the
-        /// write is at.
+        /// A value loaded, at the index the write is at, from slot `.1` of an array made at
+        /// one of the sites `.0` (`None`: anywhere).
         Copy(Option<Vec<u32>>, u32),
     }
     let Some(pr) = super::provenance::analyse(p, escaped) else {
