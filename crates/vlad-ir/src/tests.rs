@@ -4443,3 +4443,92 @@ fn a_slot_read_as_the_index_or_a_constant_by_where_the_tape_was_made() {
     );
     assert_eq!(f1.matches("load").count(), 2, "{f1}");
 }
+
+/// f1() makes an array `made` and returns it; f0 calls f1 twice (`a`, `b`), stores a in a
+/// record of `holder`, loads it back and passes the loaded array to f2(x). The analysis follows
+/// the array through the result, the record's slot and the call: x comes from f1's site only,
+/// and the record's slot holds nothing else.
+#[test]
+fn provenance_follows_arrays_through_results_slots_and_calls() {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let rec = layout(std::slice::from_ref(&arr));
+    let mut b = Builder::new();
+    let made = b.let1(
+        arr.clone(),
+        "made",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::I64(3),
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(made)]));
+    let f1 = b.finish(spec(1), vec![], layout(std::slice::from_ref(&arr)));
+    let mut b = Builder::new();
+    let x = b.named_var(arr.clone(), "x".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let r = b.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(n)));
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    let f2 = b.finish(spec(2), vec![x], layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let call = |b: &mut Builder, prefix: &str| {
+        b.let1(
+            arr.clone(),
+            prefix,
+            Op::Call {
+                func: FuncId(1),
+                args: vec![],
+                guard: None,
+            },
+        )
+    };
+    let a = call(&mut b, "a");
+    let _b = call(&mut b, "b");
+    let holder = b.let1(
+        Ty::Array(rec.clone()),
+        "holder",
+        Op::NewArray {
+            layout: rec.clone(),
+            count: Operand::I64(1),
+        },
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(holder),
+        index: Operand::I64(0),
+        slot: 0,
+        value: Operand::Var(a),
+    });
+    let back = b.let1(
+        arr.clone(),
+        "back",
+        Op::Load {
+            array: Operand::Var(holder),
+            index: Operand::I64(0),
+            slot: 0,
+        },
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Call {
+            func: FuncId(2),
+            args: vec![Operand::Var(back)],
+            guard: None,
+        },
+    );
+    b.push(Stmt::Return(vec![Operand::Var(y)]));
+    let f0 = b.finish(spec(0), vec![], layout(&[Ty::F64]));
+    let p = program(vec![f0, f1, f2]);
+    verify(&p).unwrap();
+    let pr = passes::provenance::analyse(&p, &Default::default()).expect("it settles");
+    let site = pr.site_of[&(1, made)];
+    let of = |func: usize, v: Var| pr.origin(func, &p.funcs[func], &Operand::Var(v));
+    let only = Some(std::collections::BTreeSet::from([site]));
+    assert_eq!(of(0, a), only);
+    assert_eq!(of(0, back), only);
+    assert_eq!(of(2, x), only);
+    assert_eq!(of(0, holder), Some([pr.site_of[&(0, holder)]].into()));
+    // With the record's layout seen by the runtime, what is loaded from it comes from anywhere.
+    let escaped = [rec, layout(&[Ty::F64])].into_iter().collect();
+    let pr = passes::provenance::analyse(&p, &escaped).expect("it settles");
+    assert_eq!(pr.origin(2, &p.funcs[2], &Operand::Var(x)), None);
+}
