@@ -1360,8 +1360,7 @@ static long vl_collect_now(vl_mark_t m, V *xs, int n) {
   vl_collections++;
   return (long)(VL_GC_FACTOR * total);
 }
-/* At a loop's back edge: collects (above) if the arena has grown past the budget since mark
-   m, and returns the next budget (the same if it did not collect). */
+/* VLAD_GC_MIN_BYTES, read once at start-up (vl_gc_min_plus1 above). */
 static void vl_gc_settings(void) {
   const char *min = getenv("VLAD_GC_MIN_BYTES");
   if (min && atol(min) >= 0) vl_gc_min_plus1 = (size_t)atol(min) + 1;
@@ -1385,6 +1384,8 @@ static inline int vl_collect_due(vl_mark_t m, long budget) {
   size_t limit = (size_t)budget > min ? (size_t)budget : min;
   return vl_used_since(m) > limit;
 }
+/* At a loop's back edge: collects (above) if the arena has grown past the budget since mark
+   m, and returns the next budget (the same if it did not collect). */
 static long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
   if (!vl_collect_due(m, budget)) return budget;
   size_t used = vl_used_since(m);
