@@ -426,37 +426,15 @@ fn site_slots(p: &mut Program, escaped: &HashSet<Layout>) {
     let Some(pr) = super::provenance::analyse(p, escaped) else {
         return;
     };
-    if pr.sites.is_empty() {
+    if pr.site_of.is_empty() {
         return;
     }
     // Every write: the sites it may write into, the slot, what it stores.
     let mut writes: Vec<(Vec<u32>, u32, Is)> = Vec::new();
     for (fi, f) in p.funcs.iter().enumerate() {
         let assigned = super::simplify::mutable(&f.body);
-        let mut reals: HashMap<Var, Var> = HashMap::new();
-        let mut loads: HashMap<Var, (Operand, Operand, u32)> = HashMap::new();
-        walk(&f.body, &mut |s| match s {
-            Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, Operand::Var(i)))
-                if vs.len() == 1 && !assigned.contains(&vs[0]) && !assigned.contains(i) =>
-            {
-                reals.insert(vs[0], *i);
-            }
-            Stmt::Let(
-                vs,
-                Op::Load {
-                    array: array @ Operand::Var(a),
-                    index,
-                    slot,
-                },
-            ) if vs.len() == 1
-                && !assigned.contains(&vs[0])
-                && !assigned.contains(a)
-                && index.var().is_none_or(|i| !assigned.contains(&i)) =>
-            {
-                loads.insert(vs[0], (array.clone(), index.clone(), *slot));
-            }
-            _ => {}
-        });
+        let reals = index_reals(f, &assigned);
+        let loads = element_loads(f, escaped, &assigned);
         let classify = |x: &Operand, at: &Operand| -> Is {
             match x {
                 Operand::F64(c) => Is::Known(SlotValue::Const(c.to_bits())),
@@ -466,9 +444,11 @@ fn site_slots(p: &mut Program, escaped: &HashSet<Layout>) {
                         return Is::Known(SlotValue::Index);
                     }
                     match loads.get(v) {
-                        Some((b, i, j)) if at.is_some() && i.var() == at => {
-                            Is::Copy(pr.origin(fi, f, b).map(|o| o.into_iter().collect()), *j)
-                        }
+                        Some((b, i, _, j)) if at.is_some() && i.var() == at => Is::Copy(
+                            pr.origin(fi, f, &Operand::Var(*b))
+                                .map(|o| o.into_iter().collect()),
+                            *j,
+                        ),
                         _ => Is::Known(SlotValue::Other),
                     }
                 }
@@ -614,17 +594,7 @@ fn own_index(p: &mut Program, escaped: &HashSet<Layout>) {
     for f in &p.funcs {
         let assigned = super::simplify::mutable(&f.body);
         let loads = element_loads(f, escaped, &assigned);
-        // Reals that are an index: `v = i64tof64 i`.
-        let mut reals: HashMap<Var, Var> = HashMap::new();
-        walk(&f.body, &mut |s| {
-            if let Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, Operand::Var(i))) = s {
-                if let [v] = &vs[..] {
-                    if !assigned.contains(v) && !assigned.contains(i) {
-                        reals.insert(*v, *i);
-                    }
-                }
-            }
-        });
+        let reals = index_reals(f, &assigned);
         for w in element_writes(f) {
             let at = w.index.var().filter(|i| !assigned.contains(i));
             let slots = w
@@ -693,6 +663,22 @@ fn own_index(p: &mut Program, escaped: &HashSet<Layout>) {
             }
         });
     }
+}
+
+/// The reals of `f` that are an index converted, `v = i64tof64 i` (neither assigned by a
+/// `set`): each with its index.
+fn index_reals(f: &Function, assigned: &HashSet<Var>) -> HashMap<Var, Var> {
+    let mut reals = HashMap::new();
+    walk(&f.body, &mut |s| {
+        if let Stmt::Let(vs, Op::Unary(UnOp::I64ToF64, Operand::Var(i))) = s {
+            if let [v] = &vs[..] {
+                if !assigned.contains(v) && !assigned.contains(i) {
+                    reals.insert(*v, *i);
+                }
+            }
+        }
+    });
+    reals
 }
 
 /// The loads of one element in `f`: each variable loaded from an array variable at an index

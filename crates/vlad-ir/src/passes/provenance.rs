@@ -28,19 +28,10 @@ const MAX_ROUNDS: usize = 100;
 /// Where an array may come from: some of the sites, or anywhere (`None`).
 pub type Origin = Option<BTreeSet<u32>>;
 
-/// A place arrays are made: function `func`'s `new array`, `build` or constant that defines
-/// `array`, of elements of `layout`.
-#[derive(Clone, Debug)]
-pub struct Site {
-    pub func: usize,
-    pub array: Var,
-    pub layout: Layout,
-}
-
-/// The analysis's result.
+/// The analysis's result. A site is a number, one for each `new array`, `build` or constant
+/// of a followed layout, in the order of the functions and of their statements.
 #[derive(Default)]
 pub struct Provenance {
-    pub sites: Vec<Site>,
     /// The site each array-making statement defines, by function and variable.
     pub site_of: HashMap<(usize, Var), u32>,
     /// The sites of each layout.
@@ -66,6 +57,14 @@ impl Provenance {
         }
     }
 
+    /// What result `i` of function `func` may come from.
+    fn result(&self, func: usize, i: usize) -> Origin {
+        self.results
+            .get(&(func, i))
+            .cloned()
+            .unwrap_or(Some(BTreeSet::new()))
+    }
+
     /// Whether arrays of this type are followed (a flat array of a layout not escaped).
     fn followed(&self, t: &Ty) -> bool {
         matches!(t, Ty::Array(l) if !self.escaped.contains(l))
@@ -84,6 +83,11 @@ impl Provenance {
         }
         Some(out)
     }
+}
+
+/// Joins `x` into the origin `map` holds at `key` (nothing, at first): whether it grew.
+fn join_at<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Origin>, key: K, x: &Origin) -> bool {
+    join(map.entry(key).or_insert(Some(BTreeSet::new())), x)
 }
 
 /// Joins `x` into `into`: whether it grew.
@@ -128,12 +132,7 @@ pub fn analyse(p: &Program, escaped: &HashSet<Layout>) -> Option<Provenance> {
             if let Some(a) = made {
                 if let Ty::Array(l) = f.ty(a) {
                     if !escaped.contains(l) {
-                        let id = pr.sites.len() as u32;
-                        pr.sites.push(Site {
-                            func: fi,
-                            array: a,
-                            layout: l.clone(),
-                        });
+                        let id = pr.site_of.len() as u32;
                         pr.site_of.insert((fi, a), id);
                         pr.by_layout.entry(l.clone()).or_default().push(id);
                     }
@@ -176,8 +175,7 @@ fn pass_args(
     for (param, x) in g.params.iter().zip(args) {
         if pr.followed(g.ty(*param)) {
             let o = pr.origin(fi, f, x);
-            let e = pr.vars.entry((c, *param)).or_insert(Some(BTreeSet::new()));
-            changed |= join(e, &o);
+            changed |= join_at(&mut pr.vars, (c, *param), &o);
         }
     }
     changed
@@ -187,7 +185,7 @@ fn pass_args(
 fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> bool {
     let mut changed = false;
     let set = |pr: &mut Provenance, v: Var, x: Origin| -> bool {
-        pr.followed(f.ty(v)) && join(pr.vars.entry((fi, v)).or_insert(Some(BTreeSet::new())), &x)
+        pr.followed(f.ty(v)) && join_at(&mut pr.vars, (fi, v), &x)
     };
     match s {
         Stmt::Let(vs, op) => match op {
@@ -210,11 +208,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
                     let c = callee.0 as usize;
                     changed |= pass_args(pr, p, fi, f, c, args);
                     for (i, v) in vs.iter().enumerate() {
-                        let o = pr
-                            .results
-                            .get(&(c, i))
-                            .cloned()
-                            .unwrap_or(Some(BTreeSet::new()));
+                        let o = pr.result(c, i);
                         changed |= set(pr, *v, o);
                     }
                 }
@@ -242,11 +236,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
                 },
             };
             for site in into {
-                let e = pr
-                    .slots
-                    .entry((site, *slot))
-                    .or_insert(Some(BTreeSet::new()));
-                changed |= join(e, &o);
+                changed |= join_at(&mut pr.slots, (site, *slot), &o);
             }
         }
         Stmt::Build { array, elem, .. } => {
@@ -255,11 +245,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
                 for (k, x) in elem.iter().enumerate() {
                     if x.var().is_some_and(|v| pr.followed(f.ty(v))) {
                         let o = pr.origin(fi, f, x);
-                        let e = pr
-                            .slots
-                            .entry((id, k as u32))
-                            .or_insert(Some(BTreeSet::new()));
-                        changed |= join(e, &o);
+                        changed |= join_at(&mut pr.slots, (id, k as u32), &o);
                     }
                 }
             }
@@ -278,8 +264,7 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
             for (i, x) in xs.iter().enumerate() {
                 if f.results.get(i).is_some_and(|t| pr.followed(t)) {
                     let o = pr.origin(fi, f, x);
-                    let e = pr.results.entry((fi, i)).or_insert(Some(BTreeSet::new()));
-                    changed |= join(e, &o);
+                    changed |= join_at(&mut pr.results, (fi, i), &o);
                 }
             }
         }
@@ -288,21 +273,12 @@ fn step(pr: &mut Provenance, p: &Program, fi: usize, f: &Function, s: &Stmt) -> 
             changed |= pass_args(pr, p, fi, f, c, args);
             for i in 0..f.results.len() {
                 if pr.followed(&f.results[i]) {
-                    let o = pr
-                        .results
-                        .get(&(c, i))
-                        .cloned()
-                        .unwrap_or(Some(BTreeSet::new()));
-                    let e = pr.results.entry((fi, i)).or_insert(Some(BTreeSet::new()));
-                    changed |= join(e, &o);
+                    let o = pr.result(c, i);
+                    changed |= join_at(&mut pr.results, (fi, i), &o);
                 }
             }
         }
-        Stmt::MachineCall { results, .. } => {
-            for v in results {
-                changed |= set(pr, *v, None);
-            }
-        }
+        // No machine statements: `analyse` refuses a program with machines.
         _ => {}
     }
     changed
