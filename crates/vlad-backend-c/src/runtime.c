@@ -1435,6 +1435,7 @@ static V vl_list_to_array_rev(V l, int flat) {
    `zero` (which flat arrays do not otherwise use), and only a marked array is added into. */
 enum { VL_ACC_MARK = 2 };
 static inline V vl_acc_mark(V a) { a->zero = VL_ACC_MARK; return a; }
+static inline V vl_acc_clear(V a) { a->zero = 0; return a; }
 static inline long vl_acc_owned(V a) { return a->kind == VL_FLAT && a->zero == VL_ACC_MARK; }
 /* `%lazy-zero?` of a boxed value: a lazy zero is flagged `zero` (a flat array's flag is the mark
    above instead). */

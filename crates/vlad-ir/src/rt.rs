@@ -121,6 +121,8 @@ runtime! {
     /// Whether a boxed value is a lazy zero (`%lazy-zero?`).
     IsLazyZero => "vl_is_lazy_zero", [Ptr], Bool, PURE;
     AccMark => "vl_acc_mark", [Ptr], Ptr, PURE;
+    /// The array, no longer an accumulator's own (`passes::overwrite`'s result).
+    AccClear => "vl_acc_clear", [Ptr], Ptr, PURE;
     /// The real in a boxed value, checked (the evaluator's error naming the primitive).
     ToReal => "vl_to_real", [Ptr, I64, Str], F64, CHECK;
     /// The car of a boxed pair with these tags, checked; `Cdr` of a checked pair.

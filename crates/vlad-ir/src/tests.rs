@@ -4532,3 +4532,133 @@ fn provenance_follows_arrays_through_results_slots_and_calls() {
     let pr = passes::provenance::analyse(&p, &escaped).expect("it settles");
     assert_eq!(pr.origin(2, &p.funcs[2], &Operand::Var(x)), None);
 }
+
+/// How `overwrite_case` differs from the case that overwrites.
+#[derive(Clone, Copy, PartialEq)]
+enum Overwrite {
+    Yes,
+    /// `x` is read after the build.
+    ReadAfter,
+    /// `x` is stored into another array before the build.
+    StoredBefore,
+    /// The build reads `x` at index 0 too.
+    OtherIndex,
+    /// The array is the parameter, not one the function made.
+    Parameter,
+}
+
+/// `f(a: array(f64), n: i64)`: `x = new array(f64) count n` filled with 1.0 (or `x = a`), `k =
+/// length x`, `y = build k (i) { load x[i] + load a[i] }`, returns `y[0]`, with `how`'s change.
+fn overwrite_case(how: Overwrite) -> Program {
+    let reals = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(reals.clone(), "a0".into());
+    let n = b.named_var(Ty::I64, "a1".into());
+    let x = if how == Overwrite::Parameter {
+        a
+    } else {
+        let x = b.let1(
+            reals.clone(),
+            "x",
+            Op::NewArray {
+                layout: layout(&[Ty::F64]),
+                count: Operand::Var(n),
+            },
+        );
+        let i = b.var(Ty::I64, "i");
+        b.open();
+        b.push(Stmt::Store {
+            array: Operand::Var(x),
+            index: Operand::Var(i),
+            slot: 0,
+            value: Operand::F64(1.0),
+        });
+        let body = b.close();
+        b.push(Stmt::For {
+            index: i,
+            count: Operand::Var(n),
+            body,
+        });
+        x
+    };
+    if how == Overwrite::StoredBefore {
+        let z = b.let1(
+            Ty::Array(layout(std::slice::from_ref(&reals))),
+            "z",
+            Op::NewArray {
+                layout: layout(std::slice::from_ref(&reals)),
+                count: Operand::I64(1),
+            },
+        );
+        b.push(Stmt::Store {
+            array: Operand::Var(z),
+            index: Operand::I64(0),
+            slot: 0,
+            value: Operand::Var(x),
+        });
+    }
+    let k = b.let1(Ty::I64, "k", Op::Length(Operand::Var(x)));
+    let y = b.var(reals.clone(), "y");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let t = load(&mut b, Ty::F64, "t", x, Operand::Var(i));
+    let u = load(&mut b, Ty::F64, "u", a, Operand::Var(i));
+    let mut s = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(t), Operand::Var(u)),
+    );
+    if how == Overwrite::OtherIndex {
+        let w = load(&mut b, Ty::F64, "w", x, Operand::I64(0));
+        s = b.let1(
+            Ty::F64,
+            "s",
+            Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(w)),
+        );
+    }
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: y,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(k),
+        index: i,
+        body,
+        elem: vec![Operand::Var(s)],
+    });
+    let mut r = load(&mut b, Ty::F64, "r", y, Operand::I64(0));
+    if how == Overwrite::ReadAfter {
+        let w = load(&mut b, Ty::F64, "w", x, Operand::I64(0));
+        r = b.let1(
+            Ty::F64,
+            "r",
+            Op::Binary(BinOp::FAdd, Operand::Var(r), Operand::Var(w)),
+        );
+    }
+    b.push(Stmt::Return(vec![Operand::Var(r)]));
+    program(vec![b.finish(spec(0), vec![a, n], layout(&[Ty::F64]))])
+}
+
+#[test]
+fn a_build_overwrites_an_array_it_reads_at_its_index_that_no_one_reads_after_it() {
+    let mut p = overwrite_case(Overwrite::Yes);
+    verify(&p).unwrap();
+    passes::overwrite::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    assert!(!text.contains("build"), "{text}");
+    assert_eq!(text.matches("new array").count(), 1, "{text}");
+    assert!(text.contains("store x2[i"), "{text}");
+    assert!(text.contains("y5: array(f64) = x2"), "{text}");
+    for how in [
+        Overwrite::ReadAfter,
+        Overwrite::StoredBefore,
+        Overwrite::OtherIndex,
+        Overwrite::Parameter,
+    ] {
+        let mut p = overwrite_case(how);
+        verify(&p).unwrap();
+        let before = p.clone();
+        passes::overwrite::run(&mut p);
+        assert_eq!(p, before, "{}", crate::print::function(&p, FuncId(0)));
+    }
+}

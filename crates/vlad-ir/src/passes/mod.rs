@@ -11,6 +11,7 @@ pub mod inline;
 pub mod loops;
 pub mod machines;
 pub mod marks;
+pub mod overwrite;
 pub mod provenance;
 pub mod reuse;
 pub mod same_args;
@@ -128,6 +129,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "arena marks")?;
     carry::run(p);
     check(p, "loops that carry arrays")?;
+    overwrite::run(p);
+    check(p, "builds that overwrite a dead array")?;
     loops::run(p);
     check(p, "the lowering of build and ifold")?;
     version::run(p);
