@@ -36,8 +36,13 @@ typedef struct vl_obj *V;
 typedef union { double d; long b; V v; void *a; } vl_slot;
 /* The AD tags (VL_FORWARD ...), the kinds of objects (VL_NIL ...) and of the AD maps of boxed
    closures (VL_MAP_...) are defined before this file, by the compiler (abi.rs). */
-/* `zero` marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero). */
+/* `zero` holds flags (a flat array's is the accumulator mark instead, VL_ACC_MARK below):
+   VL_LAZY marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero);
+   VL_NOREALS an object with no real anywhere in it (the empty list, booleans, primitives, and
+   pairs, bundles and tagged values of such: set where they are made), which `plus` of the
+   object and itself and `equal_data` need not walk (vl_ad_plus). */
 struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[]; };
+enum { VL_LAZY = 1, VL_NOREALS = 4 };
 
 /* ---- the arena: boxed values live in chunks allocated in order. Values are immutable and
    a call can hand on what it allocated only through its result, so after a call whose result
@@ -102,9 +107,10 @@ static inline size_t vl_pos(size_t cur, const char *chunk) {
   return cur ? vl_chunks[cur - 1].start + (size_t)(chunk - vl_chunks[cur - 1].base) : 0;
 }
 
-static struct vl_obj vl_nil_obj = {VL_NIL, 0, 0};
+static struct vl_obj vl_nil_obj = {VL_NIL, VL_NOREALS, 0};
 static struct { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[1]; }
-    vl_true_obj = {VL_BOOL, 0, 0, {{.b = 1}}}, vl_false_obj = {VL_BOOL, 0, 0, {{.b = 0}}};
+    vl_true_obj = {VL_BOOL, VL_NOREALS, 0, {{.b = 1}}},
+    vl_false_obj = {VL_BOOL, VL_NOREALS, 0, {{.b = 0}}};
 #define vl_nil (&vl_nil_obj)
 static V vl_obj(int kind, unsigned aux, int n) {
   V o = vl_alloc(sizeof(struct vl_obj) + n * sizeof(vl_slot));
@@ -225,12 +231,20 @@ static inline int vl_is_natural(double r) {
   return r >= 0.0 && r - floor(r) == 0.0;
 }
 static V vl_real(double d) { V o = vl_obj(VL_REAL, 0, 1); o->s[0].d = d; return o; }
-static V vl_prim(unsigned p) { return vl_obj(VL_PRIM, p, 0); }
-static V vl_pair(unsigned tags, V a, V b) {
-  V o = vl_obj(VL_PAIR, tags, 2); o->s[0].v = a; o->s[1].v = b; return o;
+static V vl_prim(unsigned p) { V o = vl_obj(VL_PRIM, p, 0); o->zero = VL_NOREALS; return o; }
+/* VL_NOREALS of an object made of a and b (either may be an empty slot). */
+static inline unsigned short vl_noreals2(V a, V b) {
+  return a && b ? a->zero & b->zero & VL_NOREALS : 0;
 }
-static V vl_bundle(V p, V t) { V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; return o; }
-static V vl_tagged(unsigned tag, V x) { V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; return o; }
+static V vl_pair(unsigned tags, V a, V b) {
+  V o = vl_obj(VL_PAIR, tags, 2); o->s[0].v = a; o->s[1].v = b; o->zero = vl_noreals2(a, b); return o;
+}
+static V vl_bundle(V p, V t) {
+  V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; o->zero = vl_noreals2(p, t); return o;
+}
+static V vl_tagged(unsigned tag, V x) {
+  V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; o->zero = vl_noreals2(x, x); return o;
+}
 /* A lazy array sensitivity (VL_SENS, below) computed, an array boxed by reference (VL_FLATREF)
    boxed element by element; any other value as it is. Inline, one comparison: the runtime's AD
    operators call it on every value they look into. */
@@ -436,7 +450,7 @@ static void vl_describe(vl_buf *b, V v) {
   case VL_CLOSURE: vl_put(b, "a procedure"); return;
   case VL_SENS: {
     char n[64];
-    if (v->zero) snprintf(n, sizeof n, "a zero sensitivity");
+    if (v->zero & VL_LAZY) snprintf(n, sizeof n, "a zero sensitivity");
     else snprintf(n, sizeof n, "a sensitivity array of length %ld", v->s[0].b);
     vl_put(b, n);
     return;
@@ -931,30 +945,45 @@ static V vl_as_zero(V v) {
   }
   V o = vl_obj(v->kind, v->aux, n);
   memcpy(o->s, v->s, (size_t)n * sizeof(vl_slot));
-  o->zero = 1;
+  o->zero = VL_LAZY | (v->zero & VL_NOREALS);
   return o;
 }
 static V vl_sens_sum(V a, V b);
-static V vl_ad_plus(V a, V b) {
+static V vl_ad_plus_slow(V a, V b);
+static inline V vl_ad_plus(V a, V b) {
   /* A lazy zero is the identity of plus, as in the evaluator: what keeps reverse mode linear. */
-  if (a->zero) return b;
-  if (b->zero) return a;
+  if (a->zero & VL_LAZY) return b;
+  if (b->zero & VL_LAZY) return a;
+  /* An object with no reals added to itself is itself: nothing to add, no shapes to compare.
+     The environments of closures hold many such (the sensitivities of the primitives and
+     empty lists they close over, tagged), shared, and reverse mode adds them up at every step. */
+  if (a == b && (a->zero & VL_NOREALS)) return a;
+  return vl_ad_plus_slow(a, b);
+}
+static V vl_ad_plus_slow(V a, V b) {
   if (a->kind >= VL_SENS || b->kind >= VL_SENS) {
     if (a->kind == VL_SENS || b->kind == VL_SENS) return vl_sens_sum(a, b);
     a = vl_dense(a);
     b = vl_dense(b);
   }
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
-    /* Closures of one code: their environments added slot by slot. */
+    /* Closures of one code: their environments added slot by slot (a itself where no slot is
+       a real and every pointer slot adds to a's own, as for pairs below). */
     const char *k = vl_code_slots[a->aux];
-    int n = (int)strlen(k);
+    int n = (int)strlen(k), same = 1;
     V o = vl_obj(VL_CLOSURE, a->aux, n);
     for (int i = 0; i < n; i++) {
-      if (k[i] == 'd') o->s[i].d = a->s[i].d + b->s[i].d;
-      else if (k[i] == 'b') o->s[i].b = a->s[i].b;
-      else o->s[i].v = vl_ad_plus(a->s[i].v, b->s[i].v);
+      if (k[i] == 'd') {
+        o->s[i].d = a->s[i].d + b->s[i].d;
+        same = 0;
+      } else if (k[i] == 'b') {
+        o->s[i].b = a->s[i].b;
+      } else {
+        o->s[i].v = vl_ad_plus(a->s[i].v, b->s[i].v);
+        same &= o->s[i].v == a->s[i].v;
+      }
     }
-    return o;
+    return same ? a : o;
   }
   /* Closures of one code whose environments the runtime cannot see: compiled code adds them. */
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux) vl_no_procedure(a);
@@ -962,12 +991,24 @@ static V vl_ad_plus(V a, V b) {
   if (a->kind == VL_REAL && b->kind == VL_REAL) return vl_real(a->s[0].d + b->s[0].d);
   if (a->kind == VL_NIL && b->kind == VL_NIL) return a;
   if (a->kind == VL_BOOL && b->kind == VL_BOOL && a->s[0].b == b->s[0].b) return a;
-  if (a->kind == VL_PAIR && b->kind == VL_PAIR && a->aux == b->aux)
-    return vl_pair(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
-  if (a->kind == VL_TAGGED && b->kind == VL_TAGGED && a->aux == b->aux)
-    return vl_tagged(a->aux, vl_ad_plus(a->s[0].v, b->s[0].v));
-  if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE)
-    return vl_bundle(vl_ad_plus(a->s[0].v, b->s[0].v), vl_ad_plus(a->s[1].v, b->s[1].v));
+  /* A pair, tagged value or bundle whose parts add to a's own parts (parts without reals, as the
+     tagged empty lists of closure sensitivities, or the other side's lazy zeros) is a itself:
+     values are immutable, so the sum need not be a new object. The car is added first, as the
+     evaluator adds it (the first shape error is the one it reports). */
+  if (a->kind == VL_PAIR && b->kind == VL_PAIR && a->aux == b->aux) {
+    V x = vl_ad_plus(a->s[0].v, b->s[0].v);
+    V y = vl_ad_plus(a->s[1].v, b->s[1].v);
+    return x == a->s[0].v && y == a->s[1].v ? a : vl_pair(a->aux, x, y);
+  }
+  if (a->kind == VL_TAGGED && b->kind == VL_TAGGED && a->aux == b->aux) {
+    V x = vl_ad_plus(a->s[0].v, b->s[0].v);
+    return x == a->s[0].v ? a : vl_tagged(a->aux, x);
+  }
+  if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE) {
+    V p = vl_ad_plus(a->s[0].v, b->s[0].v);
+    V t = vl_ad_plus(a->s[1].v, b->s[1].v);
+    return p == a->s[0].v && t == a->s[1].v ? a : vl_bundle(p, t);
+  }
   if (a->kind == VL_ARRAY && b->kind == VL_ARRAY && a->aux == b->aux) {
     if (a->s[0].b != b->s[0].b) vl_length_fail("plus", a->s[0].b, b->s[0].b);
     VL_ARRAY_MAP(a, a->aux, vl_ad_plus(x_, b->s[1 + i_].v));
@@ -1025,6 +1066,14 @@ static V vl_ad_zero(V v, int sensitivity) {
 static int vl_equal_data(V a, V b) {
   a = vl_dense(a);
   b = vl_dense(b);
+  if (a == b && (a->zero & VL_NOREALS)) return 1;
+  /* Tagged values (a tagged empty list, the pattern of a closure sensitivity's end) without a
+     call per tag. */
+  while (a->kind == VL_TAGGED && b->kind == VL_TAGGED) {
+    if (a->aux != b->aux) return 0;
+    a = vl_dense(a->s[0].v);
+    b = vl_dense(b->s[0].v);
+  }
   if (a->kind != b->kind) return 0;
   switch (a->kind) {
   case VL_NIL: return 1;
@@ -1110,8 +1159,8 @@ static V vl_onehot(V of, long n, unsigned tags, V zelem, long k, V s) {
     tags = of->aux;
   }
   tags = vl_tags_push(vl_tags_pop(tags), VL_SENSITIVITY);
-  V o = vl_sens_node(n, tags, s->zero ? VL_SENS_ZERO : VL_SENS_ONEHOT);
-  o->zero = s->zero;
+  V o = vl_sens_node(n, tags, s->zero & VL_LAZY ? VL_SENS_ZERO : VL_SENS_ONEHOT);
+  o->zero = s->zero & VL_LAZY;
   o->s[2].b = k;
   o->s[3].v = s;
   o->s[4].v = of;
@@ -1180,7 +1229,7 @@ static V vl_sens_force(V s) {
 static V vl_dense_slow(V v) {
   if (v->kind == VL_SENS) return vl_sens_force(v);
   V o = vl_boxed_array(v->s[0].b, v->aux);
-  o->zero = v->zero;
+  o->zero = v->zero & VL_LAZY;
   for (long i = 0; i < v->s[0].b; i++) o->s[1 + i].v = vl_elem(v, i);
   return o;
 }
@@ -1439,7 +1488,7 @@ static inline V vl_acc_clear(V a) { a->zero = 0; return a; }
 static inline long vl_acc_owned(V a) { return a->kind == VL_FLAT && a->zero == VL_ACC_MARK; }
 /* `%lazy-zero?` of a boxed value: a lazy zero is flagged `zero` (a flat array's flag is the mark
    above instead). */
-static inline long vl_is_lazy_zero(V v) { return v->kind != VL_FLAT && v->zero; }
+static inline long vl_is_lazy_zero(V v) { return v->kind != VL_FLAT && (v->zero & VL_LAZY); }
 /* `%dense`: an array sensitivity computed (the sweep of the reverse `build` reads it an element
    at a time); anything but an array is the evaluator's error. */
 static V vl_dense_array(int site, V a) {

@@ -1411,6 +1411,56 @@ fn signed_zero_sensitivities_match_the_evaluator() {
     assert_eq!(out, "-0\n(-0 . 0)\n-0\n-0\n(-0 -0)\n");
 }
 
+/// The runtime's `plus` of boxed values returns an object with no reals in it, added to itself,
+/// as it is, and a pair, tagged value or closure whose parts add to its own parts as itself
+/// (runtime.c, `VL_NOREALS`). Lists of unknown length and closures chosen at run time are
+/// boxed, so these sums are the runtime's: reals in them must still be added (a list of reals,
+/// a closure over a real, a list of empty lists beside reals), and two real-free values of
+/// different shapes must still fail as the evaluator fails.
+#[test]
+fn plus_of_boxed_values_and_themselves_matches_the_evaluator() {
+    let defs = "(define (upto n) (if (= n 0) '() (cons (real n) (upto (- n 1)))))\n\
+                (define (nils n) (if (= n 0) '() (cons '() (nils (- n 1)))))\n\
+                (define (pick k x) (if (< k (real 1)) (lambda (y) (+ x y)) (lambda (y) (* x y))))\n\
+                (define (pick2 k n) (if (< k (real 1)) (lambda (y) (cons y n)) (lambda (y) (cons n y))))\n";
+    let out = exact_native_output(
+        "self-plus.vlad",
+        &format!(
+            "{defs}\
+             (let ((l (upto (real 3)))) (plus l l))\n\
+             (let ((l (nils (real 3)))) (plus l l))\n\
+             (let ((l (cons (nils (real 2)) (upto (real 2))))) (plus l l))\n\
+             (plus (cons (nils (real 2)) (upto (real 2))) (cons (nils (real 2)) (upto (real 2))))\n\
+             (let ((f (pick (real 0) (real 2)))) ((plus f f) 1))\n\
+             (let ((f (pick (real 2) (real 2)))) ((plus f f) 3))\n\
+             (let ((f (pick2 (real 0) '()))) ((plus f f) 5))\n"
+        ),
+    );
+    assert_eq!(
+        out,
+        "(6 4 2)\n(() () ())\n((() ()) 4 2)\n((() ()) 4 2)\n5\n12\n(5)\n"
+    );
+
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let file = program(
+        &dir,
+        "self-plus-fails.vlad",
+        &format!("{defs}(let ((l (nils (real 2)))) (plus l (nils (real 3))))\n"),
+    );
+    let native = vlad(&root, cache.path(), &["run", &file]);
+    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
+    let (n, e) = (texts(&native), texts(&eval));
+    assert!(!native.status.success() && !eval.status.success());
+    assert_eq!(n, e);
+    assert!(
+        e.1.contains("plus: the values do not have the same shape"),
+        "{}",
+        e.1
+    );
+}
+
 /// Found by the random programs: forward mode over reverse mode over forward mode, where a
 /// loop with an unknown trip count makes the inner values boxed. The analysis took a `bundle`
 /// of forward values with boxed parts for an error (it could not tell their shapes agree), so
