@@ -39,7 +39,7 @@ typedef union { double d; long b; V v; void *a; } vl_slot;
 /* `zero` holds flags (a flat array's is the accumulator mark instead, VL_ACC_MARK below):
    VL_LAZY marks a lazy zero sensitivity (the evaluator's Value::Zero, see vl_as_zero);
    VL_NOREALS an object with no real anywhere in it (the empty list, booleans, primitives, and
-   pairs, bundles and tagged values of such: set where they are made), which `plus` of the
+   pairs and tagged values of such: set where they are made), which `plus` of the
    object and itself and `equal_data` need not walk (vl_ad_plus). */
 struct vl_obj { unsigned short kind; unsigned short zero; unsigned aux; vl_slot s[]; };
 enum { VL_LAZY = 1, VL_NOREALS = 4 };
@@ -239,11 +239,11 @@ static inline unsigned short vl_noreals2(V a, V b) {
 static V vl_pair(unsigned tags, V a, V b) {
   V o = vl_obj(VL_PAIR, tags, 2); o->s[0].v = a; o->s[1].v = b; o->zero = vl_noreals2(a, b); return o;
 }
-static V vl_bundle(V p, V t) {
-  V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; o->zero = vl_noreals2(p, t); return o;
-}
+/* A bundle is never flagged VL_NOREALS (its primal is a real in all but odd programs, and the
+   test of its parts cost reverse-over-forward code more than the flag saved it). */
+static V vl_bundle(V p, V t) { V o = vl_obj(VL_BUNDLE, 0, 2); o->s[0].v = p; o->s[1].v = t; return o; }
 static V vl_tagged(unsigned tag, V x) {
-  V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; o->zero = vl_noreals2(x, x); return o;
+  V o = vl_obj(VL_TAGGED, tag, 1); o->s[0].v = x; o->zero = x ? x->zero & VL_NOREALS : 0; return o;
 }
 /* A lazy array sensitivity (VL_SENS, below) computed, an array boxed by reference (VL_FLATREF)
    boxed element by element; any other value as it is. Inline, one comparison: the runtime's AD
