@@ -960,15 +960,50 @@ static inline V vl_ad_plus(V a, V b) {
   if (a == b && (a->zero & VL_NOREALS)) return a;
   return vl_ad_plus_slow(a, b);
 }
+/* The sums of reals, and of pairs, tagged values and bundles of one shape: what reverse mode
+   through boxed values adds at every step, kept apart from the rest (vl_ad_plus_other) so that
+   it is a small function. A pair, tagged value or bundle whose parts add to a's own parts
+   (parts without reals, as the tagged empty lists of closure sensitivities, or the other
+   side's lazy zeros) is a itself: values are immutable, so the sum need not be a new object.
+   The car is added first, as the evaluator adds it (the first shape error is the one it
+   reports). */
+static V vl_ad_plus_other(V a, V b);
 static V vl_ad_plus_slow(V a, V b) {
+  if (a->kind == b->kind) switch (a->kind) {
+    case VL_REAL: return vl_real(a->s[0].d + b->s[0].d);
+    case VL_NIL: return a;
+    case VL_TAGGED:
+      if (a->aux == b->aux) {
+        V x = vl_ad_plus(a->s[0].v, b->s[0].v);
+        return x == a->s[0].v ? a : vl_tagged(a->aux, x);
+      }
+      break;
+    case VL_PAIR:
+      if (a->aux == b->aux) {
+        V x = vl_ad_plus(a->s[0].v, b->s[0].v);
+        V y = vl_ad_plus(a->s[1].v, b->s[1].v);
+        return x == a->s[0].v && y == a->s[1].v ? a : vl_pair(a->aux, x, y);
+      }
+      break;
+    case VL_BUNDLE: {
+      V p = vl_ad_plus(a->s[0].v, b->s[0].v);
+      V t = vl_ad_plus(a->s[1].v, b->s[1].v);
+      return p == a->s[0].v && t == a->s[1].v ? a : vl_bundle(p, t);
+    }
+    default: break;
+    }
+  return vl_ad_plus_other(a, b);
+}
+static __attribute__((noinline)) V vl_ad_plus_other(V a, V b) {
   if (a->kind >= VL_SENS || b->kind >= VL_SENS) {
     if (a->kind == VL_SENS || b->kind == VL_SENS) return vl_sens_sum(a, b);
     a = vl_dense(a);
     b = vl_dense(b);
+    if (a->kind < VL_SENS && b->kind < VL_SENS) return vl_ad_plus_slow(a, b);
   }
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux && vl_code_slots[a->aux]) {
     /* Closures of one code: their environments added slot by slot (a itself where no slot is
-       a real and every pointer slot adds to a's own, as for pairs below). */
+       a real and every pointer slot adds to a's own, as for pairs). */
     const char *k = vl_code_slots[a->aux];
     int n = (int)strlen(k), same = 1;
     V o = vl_obj(VL_CLOSURE, a->aux, n);
@@ -988,27 +1023,7 @@ static V vl_ad_plus_slow(V a, V b) {
   /* Closures of one code whose environments the runtime cannot see: compiled code adds them. */
   if (a->kind == VL_CLOSURE && b->kind == VL_CLOSURE && a->aux == b->aux) vl_no_procedure(a);
   if (a->kind == VL_PRIM && b->kind == VL_PRIM && a->aux == b->aux) return a;
-  if (a->kind == VL_REAL && b->kind == VL_REAL) return vl_real(a->s[0].d + b->s[0].d);
-  if (a->kind == VL_NIL && b->kind == VL_NIL) return a;
   if (a->kind == VL_BOOL && b->kind == VL_BOOL && a->s[0].b == b->s[0].b) return a;
-  /* A pair, tagged value or bundle whose parts add to a's own parts (parts without reals, as the
-     tagged empty lists of closure sensitivities, or the other side's lazy zeros) is a itself:
-     values are immutable, so the sum need not be a new object. The car is added first, as the
-     evaluator adds it (the first shape error is the one it reports). */
-  if (a->kind == VL_PAIR && b->kind == VL_PAIR && a->aux == b->aux) {
-    V x = vl_ad_plus(a->s[0].v, b->s[0].v);
-    V y = vl_ad_plus(a->s[1].v, b->s[1].v);
-    return x == a->s[0].v && y == a->s[1].v ? a : vl_pair(a->aux, x, y);
-  }
-  if (a->kind == VL_TAGGED && b->kind == VL_TAGGED && a->aux == b->aux) {
-    V x = vl_ad_plus(a->s[0].v, b->s[0].v);
-    return x == a->s[0].v ? a : vl_tagged(a->aux, x);
-  }
-  if (a->kind == VL_BUNDLE && b->kind == VL_BUNDLE) {
-    V p = vl_ad_plus(a->s[0].v, b->s[0].v);
-    V t = vl_ad_plus(a->s[1].v, b->s[1].v);
-    return p == a->s[0].v && t == a->s[1].v ? a : vl_bundle(p, t);
-  }
   if (a->kind == VL_ARRAY && b->kind == VL_ARRAY && a->aux == b->aux) {
     if (a->s[0].b != b->s[0].b) vl_length_fail("plus", a->s[0].b, b->s[0].b);
     VL_ARRAY_MAP(a, a->aux, vl_ad_plus(x_, b->s[1 + i_].v));
