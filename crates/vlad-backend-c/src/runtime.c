@@ -90,7 +90,13 @@ static void vl_alloc_slow(size_t n) {
   vl_chunk = c;
   vl_left = size;
 }
-static inline void *vl_alloc(size_t n) {
+/* Allocation and vl_obj are inlined wherever they are called: GCC stops inlining once a unit
+   has grown by its limit (vlad sets it low for compile time: vlad::cc::gcc_tuning), and a
+   boxed value's constructors called out of line then cost reverse mode through boxed values
+   more than the call saves in code (benches/README.md, "Boxed values without reals are not
+   added"). */
+#define VL_INLINE static inline __attribute__((always_inline))
+VL_INLINE void *vl_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (n > vl_left) vl_alloc_slow(n);
   void *p = vl_chunk;
@@ -112,7 +118,7 @@ static struct { unsigned short kind; unsigned short zero; unsigned aux; vl_slot 
     vl_true_obj = {VL_BOOL, VL_NOREALS, 0, {{.b = 1}}},
     vl_false_obj = {VL_BOOL, VL_NOREALS, 0, {{.b = 0}}};
 #define vl_nil (&vl_nil_obj)
-static V vl_obj(int kind, unsigned aux, int n) {
+VL_INLINE V vl_obj(int kind, unsigned aux, int n) {
   V o = vl_alloc(sizeof(struct vl_obj) + n * sizeof(vl_slot));
   o->kind = kind;
   o->zero = 0;
