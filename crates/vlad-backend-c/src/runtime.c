@@ -845,13 +845,18 @@ static void vl_ad_fail(const char *op, const char *what, V v) {
     }                                                                       \
     return o_;                                                              \
   } while (0)
+/* The AD operators below walk a pair's car before its cdr, as the evaluator does, so that of two
+   errors the compiled program reports the one the evaluator reports: the car's result is taken
+   first (`V a = ...`), since C leaves the order of a call's arguments to the compiler. */
 static V vl_ad_tag(V v, unsigned tag) {
   v = vl_dense(v);
   if (v->kind == VL_CLOSURE) return vl_map_closure((int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_ARRAY) VL_ARRAY_MAP(v, vl_tags_push(v->aux, tag), vl_ad_tag(x_, tag));
-  if (v->kind == VL_PAIR)
-    return vl_pair(vl_tags_push(v->aux, tag), vl_ad_tag(v->s[0].v, tag), vl_ad_tag(v->s[1].v, tag));
+  if (v->kind == VL_PAIR) {
+    V a = vl_ad_tag(v->s[0].v, tag);
+    return vl_pair(vl_tags_push(v->aux, tag), a, vl_ad_tag(v->s[1].v, tag));
+  }
   return vl_tagged(tag, v);
 }
 static V vl_ad_untag(V v, unsigned tag, const char *op) {
@@ -859,8 +864,10 @@ static V vl_ad_untag(V v, unsigned tag, const char *op) {
   if (v->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_UNTAG + (int)tag, v);
   vl_no_procedure(v);
   if (v->kind == VL_TAGGED && v->aux == tag) return v->s[0].v;
-  if (v->kind == VL_PAIR && vl_top(v) == (int)tag)
-    return vl_pair(vl_tags_pop(v->aux), vl_ad_untag(v->s[0].v, tag, op), vl_ad_untag(v->s[1].v, tag, op));
+  if (v->kind == VL_PAIR && vl_top(v) == (int)tag) {
+    V a = vl_ad_untag(v->s[0].v, tag, op);
+    return vl_pair(vl_tags_pop(v->aux), a, vl_ad_untag(v->s[1].v, tag, op));
+  }
   if (v->kind == VL_ARRAY && vl_top(v) == (int)tag)
     VL_ARRAY_MAP(v, vl_tags_pop(v->aux), vl_ad_untag(x_, tag, op));
   vl_ad_fail(op, tag == VL_PERTURBATION ? "a perturbation value" : tag == VL_SENSITIVITY ? "a sensitivity value" : "a reverse value", v);
@@ -873,8 +880,8 @@ static V vl_ad_split(V v, int tangent) {
   if (v->kind == VL_BUNDLE) return v->s[tangent].v;
   if (v->kind == VL_PAIR && vl_top(v) == VL_FORWARD) {
     unsigned rest = vl_tags_pop(v->aux);
-    return vl_pair(tangent ? vl_tags_push(rest, VL_PERTURBATION) : rest, vl_ad_split(v->s[0].v, tangent),
-                   vl_ad_split(v->s[1].v, tangent));
+    V a = vl_ad_split(v->s[0].v, tangent);
+    return vl_pair(tangent ? vl_tags_push(rest, VL_PERTURBATION) : rest, a, vl_ad_split(v->s[1].v, tangent));
   }
   if (v->kind == VL_ARRAY && vl_top(v) == VL_FORWARD) {
     unsigned rest = vl_tags_pop(v->aux);
@@ -919,9 +926,10 @@ static V vl_ad_bundle(V p, V t) {
     vl_no_procedure(p);
   if (vl_scalar(p) && t->kind == VL_TAGGED && t->aux == VL_PERTURBATION && vl_same_scalar_shape(p, t->s[0].v))
     return vl_bundle(p, t);
-  if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION))
-    return vl_pair(vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(p->s[0].v, t->s[0].v),
-                   vl_ad_bundle(p->s[1].v, t->s[1].v));
+  if (p->kind == VL_PAIR && t->kind == VL_PAIR && t->aux == vl_tags_push(p->aux, VL_PERTURBATION)) {
+    V a = vl_ad_bundle(p->s[0].v, t->s[0].v);
+    return vl_pair(vl_tags_push(p->aux, VL_FORWARD), a, vl_ad_bundle(p->s[1].v, t->s[1].v));
+  }
   if (p->kind == VL_ARRAY && t->kind == VL_ARRAY && t->aux == vl_tags_push(p->aux, VL_PERTURBATION)) {
     if (p->s[0].b != t->s[0].b) vl_length_fail("bundle", p->s[0].b, t->s[0].b);
     VL_ARRAY_MAP(p, vl_tags_push(p->aux, VL_FORWARD), vl_ad_bundle(x_, t->s[1 + i_].v));
@@ -1075,8 +1083,14 @@ static V vl_ad_zero(V v, int sensitivity) {
   vl_no_procedure(v);
   switch (v->kind) {
   case VL_REAL: return vl_real(0.0);
-  case VL_PAIR: return vl_pair(v->aux, vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
-  case VL_BUNDLE: return vl_bundle(vl_ad_zero(v->s[0].v, sensitivity), vl_ad_zero(v->s[1].v, sensitivity));
+  case VL_PAIR: {
+    V a = vl_ad_zero(v->s[0].v, sensitivity);
+    return vl_pair(v->aux, a, vl_ad_zero(v->s[1].v, sensitivity));
+  }
+  case VL_BUNDLE: {
+    V a = vl_ad_zero(v->s[0].v, sensitivity);
+    return vl_bundle(a, vl_ad_zero(v->s[1].v, sensitivity));
+  }
   case VL_TAGGED: return vl_tagged(v->aux, vl_ad_zero(v->s[0].v, sensitivity));
   case VL_ARRAY: VL_ARRAY_MAP(v, v->aux, vl_ad_zero(x_, sensitivity));
   case VL_FLAT: return vl_ad_zero_flat(v, sensitivity);
@@ -1118,9 +1132,10 @@ static V vl_zero_sens(V of) { return vl_as_zero(vl_zero_sens1(of)); }
 static V vl_zero_sens1(V of) {
   of = vl_dense(of);
   if (of->kind == VL_CLOSURE) return vl_map_closure(VL_MAP_ZERO_SENS, of);
-  if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE)
-    return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(of->s[0].v),
-                   vl_zero_sens(of->s[1].v));
+  if (of->kind == VL_PAIR && vl_top(of) == VL_REVERSE) {
+    V a = vl_zero_sens(of->s[0].v);
+    return vl_pair(vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), a, vl_zero_sens(of->s[1].v));
+  }
   if (of->kind == VL_ARRAY && vl_top(of) == VL_REVERSE)
     VL_ARRAY_MAP(of, vl_tags_push(vl_tags_pop(of->aux), VL_SENSITIVITY), vl_zero_sens(x_));
   return vl_ad_tag(vl_ad_zero(vl_ad_untag(of, VL_REVERSE, "zero"), 1), VL_SENSITIVITY);

@@ -1449,16 +1449,52 @@ fn plus_of_boxed_values_and_themselves_matches_the_evaluator() {
         "self-plus-fails.vlad",
         &format!("{defs}(let ((l (nils (real 2)))) (plus l (nils (real 3))))\n"),
     );
-    let native = vlad(&root, cache.path(), &["run", &file]);
-    let eval = vlad(&root, cache.path(), &["run", "--interp", &file]);
-    let (n, e) = (texts(&native), texts(&eval));
-    assert!(!native.status.success() && !eval.status.success());
+    let (n, e) = native_and_evaluator_fail(&root, cache.path(), &file);
     assert_eq!(n, e);
     assert!(
-        e.1.contains("plus: the values do not have the same shape"),
-        "{}",
-        e.1
+        e.contains("plus: the values do not have the same shape: () and a pair"),
+        "{e}"
     );
+}
+
+/// Runs `file` natively and in the evaluator, asserts that both fail, and returns what each
+/// printed (standard output and error together).
+fn native_and_evaluator_fail(root: &Path, cache: &Path, file: &str) -> (String, String) {
+    let native = vlad(root, cache, &["run", file]);
+    let eval = vlad(root, cache, &["run", "--interp", file]);
+    assert!(!native.status.success() && !eval.status.success(), "{file}");
+    let (n, e) = (texts(&native), texts(&eval));
+    (n.0 + &n.1, e.0 + &e.1)
+}
+
+/// The runtime's `plus` and `bundle` of boxed pairs look at the car before the cdr, as the
+/// evaluator does, so where both fail the compiled program reports the evaluator's error. C
+/// leaves the order of a call's arguments to the compiler, and GCC's reported the cdr's ("1
+/// and ()" for "2 and ()").
+#[test]
+fn errors_in_both_parts_of_a_pair_are_reported_for_the_car() {
+    let defs = "(define (upto n) (if (= n 0) '() (cons (real n) (upto (- n 1)))))\n\
+                (define (nils n) (if (= n 0) '() (cons '() (nils (- n 1)))))\n";
+    let root = repo_root();
+    let cache = tempfile::tempdir().expect("a cache directory");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    for (name, failing, error) in [
+        (
+            "plus-car-first.vlad",
+            "(plus (upto (real 2)) (nils (real 2)))",
+            "plus: the values do not have the same shape: 2 and ()",
+        ),
+        (
+            "bundle-car-first.vlad",
+            "(bundle (upto (real 2)) (perturb (nils (real 2))))",
+            "bundle: the values do not have the same shape: 2 and (perturbation ())",
+        ),
+    ] {
+        let file = program(&dir, name, &format!("{defs}{failing}\n"));
+        let (n, e) = native_and_evaluator_fail(&root, cache.path(), &file);
+        assert_eq!(n, e, "{name}");
+        assert!(e.contains(error), "{e}");
+    }
 }
 
 /// Found by the random programs: forward mode over reverse mode over forward mode, where a
