@@ -1411,6 +1411,11 @@ fn signed_zero_sensitivities_match_the_evaluator() {
     assert_eq!(out, "-0\n(-0 . 0)\n-0\n-0\n(-0 -0)\n");
 }
 
+/// Lists of reals and of empty lists of a length known only at run time (so boxed in compiled
+/// code): `(upto n)` is `(n ... 1)`, `(nils n)` holds n empty lists.
+const LISTS: &str = "(define (upto n) (if (= n 0) '() (cons (real n) (upto (- n 1)))))\n\
+                     (define (nils n) (if (= n 0) '() (cons '() (nils (- n 1)))))\n";
+
 /// The runtime's `plus` of boxed values returns an object with no reals in it, added to itself,
 /// as it is, and a pair, tagged value or closure whose parts add to its own parts as itself
 /// (runtime.c, `VL_NOREALS`). Lists of unknown length and closures chosen at run time are
@@ -1419,10 +1424,11 @@ fn signed_zero_sensitivities_match_the_evaluator() {
 /// different shapes must still fail as the evaluator fails.
 #[test]
 fn plus_of_boxed_values_and_themselves_matches_the_evaluator() {
-    let defs = "(define (upto n) (if (= n 0) '() (cons (real n) (upto (- n 1)))))\n\
-                (define (nils n) (if (= n 0) '() (cons '() (nils (- n 1)))))\n\
-                (define (pick k x) (if (< k (real 1)) (lambda (y) (+ x y)) (lambda (y) (* x y))))\n\
-                (define (pick2 k n) (if (< k (real 1)) (lambda (y) (cons y n)) (lambda (y) (cons n y))))\n";
+    let defs = format!(
+        "{LISTS}\
+         (define (pick k x) (if (< k (real 1)) (lambda (y) (+ x y)) (lambda (y) (* x y))))\n\
+         (define (pick2 k n) (if (< k (real 1)) (lambda (y) (cons y n)) (lambda (y) (cons n y))))\n"
+    );
     let out = exact_native_output(
         "self-plus.vlad",
         &format!(
@@ -1473,8 +1479,7 @@ fn native_and_evaluator_fail(root: &Path, cache: &Path, file: &str) -> (String, 
 /// and ()" for "2 and ()").
 #[test]
 fn errors_in_both_parts_of_a_pair_are_reported_for_the_car() {
-    let defs = "(define (upto n) (if (= n 0) '() (cons (real n) (upto (- n 1)))))\n\
-                (define (nils n) (if (= n 0) '() (cons '() (nils (- n 1)))))\n";
+    let defs = LISTS;
     let root = repo_root();
     let cache = tempfile::tempdir().expect("a cache directory");
     let dir = tempfile::tempdir().expect("a scratch directory");
