@@ -90,11 +90,13 @@ static void vl_alloc_slow(size_t n) {
   vl_chunk = c;
   vl_left = size;
 }
-/* Allocation and vl_obj are inlined wherever they are called: GCC stops inlining once a unit
-   has grown by its limit (vlad sets it low for compile time: vlad::cc::gcc_tuning), and a
-   boxed value's constructors called out of line then cost reverse mode through boxed values
-   more than the call saves in code (benches/README.md, "Boxed values without reals are not
-   added"). */
+/* Allocation, vl_obj and vl_flat are inlined wherever they are called: GCC stops inlining
+   once a unit has grown by its limit (vlad sets it low for compile time: vlad::cc::gcc_tuning),
+   and a boxed value's constructors called out of line then cost reverse mode through boxed
+   values more than the call saves in code (benches/README.md, "Boxed values without reals are
+   not added"). A flat array made by a call in a loop made the caller save every live double
+   around it (the vector registers are caller-saved): most of what a repetition of a short
+   loop nest cost beyond its arithmetic (benches/README.md, "New flat arrays inlined"). */
 #define VL_INLINE static inline __attribute__((always_inline))
 VL_INLINE void *vl_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
@@ -142,7 +144,7 @@ static V vl_bool(long b) { return b ? (V)&vl_true_obj : (V)&vl_false_obj; }
    how the collector (vl_collect) finds the pointers in it; VL_LAYOUT_REALS and
    VL_LAYOUT_BOXED are the runtime's own arrays of reals and of pointers. */
 VL_SHARED const char *vl_layouts[];
-static V vl_flat(long n, unsigned k, unsigned layout) {
+VL_INLINE V vl_flat(long n, unsigned k, unsigned layout) {
   V o = vl_alloc(sizeof(struct vl_obj) + (1 + (size_t)n * k) * sizeof(vl_slot));
   o->kind = VL_FLAT;
   o->zero = 0;
