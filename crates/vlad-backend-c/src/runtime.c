@@ -1302,9 +1302,11 @@ static V vl_dense_slow(V v) {
 VL_SHARED size_t vl_collections;
 /* VLAD_GC_MIN_BYTES=N: collect past N bytes instead of VL_GC_MIN (0: as soon as the arena has
    grown past VL_GC_FACTOR times the last survivors; the tests run every program so once, so
-   that the collector runs in every loop that carries boxed values). Held plus one: 0 when it
-   is not set (the state every translation unit shares starts zero). */
-VL_SHARED size_t vl_gc_min_plus1;
+   that the collector runs in every loop that carries boxed values). Every translation unit's
+   state starts zero, and a library reads no settings, so zero must mean "not set": the floor
+   is held XOR VL_GC_MIN (vl_collect_due, at every step of a loop, takes one `xor` to read it),
+   and vl_gc_min_set says whether it was set. */
+VL_SHARED size_t vl_gc_floor_x, vl_gc_min_set;
 /* The slots of an object, by its kind. */
 static size_t vl_obj_slots(V o) {
   switch (o->kind) {
@@ -1447,10 +1449,13 @@ static long vl_collect_now(vl_mark_t m, V *xs, int n) {
   vl_collections++;
   return (long)(VL_GC_FACTOR * total);
 }
-/* VLAD_GC_MIN_BYTES, read once at start-up (vl_gc_min_plus1 above). */
+/* VLAD_GC_MIN_BYTES, read once at start-up (vl_gc_floor_x above). */
 static void vl_gc_settings(void) {
   const char *min = getenv("VLAD_GC_MIN_BYTES");
-  if (min && atol(min) >= 0) vl_gc_min_plus1 = (size_t)atol(min) + 1;
+  if (min && atol(min) >= 0) {
+    vl_gc_floor_x = (size_t)atol(min) ^ VL_GC_MIN;
+    vl_gc_min_set = 1;
+  }
 }
 /* The bytes allocated since the mark are found without the chunk table while the arena is
    still in the mark's chunk (the common case, at every step of a loop). A collection keeps at
@@ -1467,16 +1472,15 @@ static inline size_t vl_used_since(vl_mark_t m) {
    edge before it puts the carried values in the array vl_collect updates, so that they stay
    in registers through the iterations that collect nothing. */
 static inline int vl_collect_due(vl_mark_t m, long budget) {
-  size_t min = vl_gc_min_plus1 ? vl_gc_min_plus1 - 1 : VL_GC_MIN;
-  size_t limit = (size_t)budget > min ? (size_t)budget : min;
-  return vl_used_since(m) > limit;
+  size_t used = vl_used_since(m);
+  return used > (vl_gc_floor_x ^ VL_GC_MIN) && used > (size_t)budget;
 }
 /* At a loop's back edge: collects (above) if the arena has grown past the budget since mark
    m, and returns the next budget (the same if it did not collect). */
 static long vl_collect(vl_mark_t m, V *xs, int n, long budget) {
   if (!vl_collect_due(m, budget)) return budget;
   size_t used = vl_used_since(m);
-  if (!vl_gc_min_plus1) {
+  if (!vl_gc_min_set) {
     size_t kept = 0;
     for (int i = 0; i < n; i++)
       if (xs[i] && xs[i]->kind == VL_FLAT) kept += vl_flat_bytes(xs[i]);
