@@ -90,13 +90,14 @@ static void vl_alloc_slow(size_t n) {
   vl_chunk = c;
   vl_left = size;
 }
-/* Allocation, vl_obj and vl_flat are inlined wherever they are called: GCC stops inlining
-   once a unit has grown by its limit (vlad sets it low for compile time: vlad::cc::gcc_tuning),
-   and a boxed value's constructors called out of line then cost reverse mode through boxed
-   values more than the call saves in code (benches/README.md, "Boxed values without reals are
-   not added"). A flat array made by a call in a loop made the caller save every live double
-   around it (the vector registers are caller-saved): most of what a repetition of a short
-   loop nest cost beyond its arithmetic (benches/README.md, "New flat arrays inlined"). */
+/* Allocation, vl_obj, vl_flat and vl_flat_zeroed are inlined wherever they are called: GCC
+   stops inlining once a unit has grown by its limit (vlad sets it low for compile time:
+   vlad::cc::gcc_tuning), and a boxed value's constructors called out of line then cost
+   reverse mode through boxed values more than the call saves in code (benches/README.md,
+   "Boxed values without reals are not added"). A flat array made by a call in a loop made the
+   caller save every live double around it (the vector registers are caller-saved): most of
+   what a repetition of a short loop nest cost beyond its arithmetic (benches/README.md, "New
+   flat arrays inlined"). */
 #define VL_INLINE static inline __attribute__((always_inline))
 VL_INLINE void *vl_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
@@ -154,7 +155,7 @@ VL_INLINE V vl_flat(long n, unsigned k, unsigned layout) {
 }
 /* vl_flat of a layout with pointers: their slots null until they are stored, so that the
    collector never reads an uninitialised pointer. */
-static V vl_flat_zeroed(long n, unsigned k, unsigned layout) {
+VL_INLINE V vl_flat_zeroed(long n, unsigned k, unsigned layout) {
   V o = vl_flat(n, k, layout);
   memset(&o->s[1], 0, (size_t)n * k * sizeof(vl_slot));
   return o;
