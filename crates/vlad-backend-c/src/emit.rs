@@ -9,6 +9,7 @@ use crate::abi;
 use crate::units::{CFunction, CProgram};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use vlad_ir::passes::loops;
 use vlad_ir::*;
 
 /// An error of the emitter: a program the passes should not have left in this shape.
@@ -492,6 +493,9 @@ struct Writer<'e, 'p> {
     /// In a machine: its number, the member's index, the machine and the member.
     machine: Option<(u32, usize, &'p Machine, &'p MachineMember)>,
     frame: std::collections::HashSet<Var>,
+    /// The new arrays a loop here may fill without GCC's run-time overlap tests
+    /// (`vlad_ir::passes::loops::update_fresh`).
+    fresh: Vec<Var>,
     out: String,
     tmp: usize,
 }
@@ -510,6 +514,7 @@ impl<'e, 'p> Writer<'e, 'p> {
             f,
             machine,
             frame,
+            fresh: Vec::new(),
             out: String::new(),
             tmp: 0,
         }
@@ -585,11 +590,25 @@ impl<'e, 'p> Writer<'e, 'p> {
         }
     }
 
+    /// A block's statements. A nested block starts with the new arrays of the path to it; a
+    /// loop's body starts with none (`Stmt::For`, `Stmt::Loop`).
     fn block(&mut self, b: &[Stmt], depth: usize) -> R<()> {
+        let outer = self.fresh.clone();
         for s in b {
             self.stmt(s, depth)?;
+            loops::update_fresh(&mut self.fresh, s);
         }
+        self.fresh = outer;
         Ok(())
+    }
+
+    /// A loop's body, which starts with no new arrays: one made before the loop may be held by
+    /// another variable from an earlier iteration.
+    fn loop_body(&mut self, b: &[Stmt], depth: usize) -> R<()> {
+        let outer = std::mem::take(&mut self.fresh);
+        let r = self.block(b, depth);
+        self.fresh = outer;
+        r
     }
 
     /// The C expression of an operation with one result (or none).
@@ -916,13 +935,19 @@ impl<'e, 'p> Writer<'e, 'p> {
                 } else {
                     format!("long {i}")
                 };
+                // Not in a machine, whose members are entered again at their resume points.
+                if self.machine.is_none()
+                    && loops::iterations_independent(&self.fresh, *index, body)
+                {
+                    self.line(d, "#pragma GCC ivdep");
+                }
                 self.line(d, format!("for ({decl} = 0; {i} < {n}; {i}++) {{"));
-                self.block(body, d + 1)?;
+                self.loop_body(body, d + 1)?;
                 self.line(d, "}");
             }
             Stmt::Loop(body) => {
                 self.line(d, "for (;;) {");
-                self.block(body, d + 1)?;
+                self.loop_body(body, d + 1)?;
                 self.line(d, "}");
             }
             Stmt::Continue => self.line(d, "continue;"),
@@ -1089,3 +1114,77 @@ vlad_value vlad_cdr(vlad_value pair);
 long vlad_length(vlad_value array);
 vlad_value vlad_at(vlad_value array, long i);
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `f0(a) { b = new array(f64) count (length a); [for j < 2 {] for i < n { store b[i] =
+    /// load a[i] } [}] }`, in C.
+    fn fill(nested: bool) -> String {
+        let arr = Ty::Array([Ty::F64].into_iter().collect());
+        let mut b = Builder::new();
+        let a = b.named_var(arr.clone(), "a".into());
+        let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+        let out = b.let1(
+            arr,
+            "b",
+            Op::NewArray {
+                layout: [Ty::F64].into_iter().collect(),
+                count: Operand::Var(n),
+            },
+        );
+        let i = b.var(Ty::I64, "i");
+        b.open();
+        let x = b.let1(
+            Ty::F64,
+            "x",
+            Op::Load {
+                array: Operand::Var(a),
+                index: Operand::Var(i),
+                slot: 0,
+            },
+        );
+        b.push(Stmt::Store {
+            array: Operand::Var(out),
+            index: Operand::Var(i),
+            slot: 0,
+            value: Operand::Var(x),
+        });
+        let mut body = b.close();
+        let count = Operand::Var(n);
+        let mut fill = Stmt::For {
+            index: i,
+            count,
+            body,
+        };
+        if nested {
+            let j = b.var(Ty::I64, "j");
+            body = vec![fill];
+            fill = Stmt::For {
+                index: j,
+                count: Operand::I64(2),
+                body,
+            };
+        }
+        b.push(fill);
+        b.push(Stmt::Return(vec![]));
+        let f = b.finish(FuncKind::Specialised { key: 0 }, vec![a], Vec::new().into());
+        let p = Program {
+            funcs: vec![f],
+            ..Program::default()
+        };
+        let c = emit(&p, &passes::Stats::default()).expect("emits");
+        c.funcs[0].text.clone()
+    }
+
+    #[test]
+    fn a_loop_that_fills_a_new_array_is_marked_independent() {
+        let c = fill(false);
+        assert!(c.contains("#pragma GCC ivdep\n  for (long i"), "{c}");
+        // In a loop, the array was made before it: not the loop inside's to assume new (an
+        // earlier iteration may have handed it on).
+        let c = fill(true);
+        assert!(!c.contains("ivdep"), "{c}");
+    }
+}

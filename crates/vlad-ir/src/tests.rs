@@ -4662,3 +4662,142 @@ fn a_build_overwrites_an_array_it_reads_at_its_index_that_no_one_reads_after_it(
         assert_eq!(p, before, "{}", crate::print::function(&p, FuncId(0)));
     }
 }
+
+/// `b = new array(f64) count n` then `for i < n { x = load a[i]; [extra]; store b[i] = x }`,
+/// with `a` a parameter: the fresh arrays before the loop (`update_fresh`) and whether its
+/// iterations are independent. `before` may mention `b` after it is made; `extra` adds to the
+/// body (given a, b, i, x).
+fn fill_loop(
+    before: impl Fn(&mut Builder, Var),
+    extra: impl Fn(&mut Builder, Var, Var, Var, Var),
+    store_at_next: bool,
+) -> bool {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let a = b.named_var(arr.clone(), "a".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(a)));
+    let out = b.let1(
+        arr,
+        "b",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::Var(n),
+        },
+    );
+    before(&mut b, out);
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = load(&mut b, Ty::F64, "x", a, Operand::Var(i));
+    extra(&mut b, a, out, i, x);
+    let at = if store_at_next {
+        Operand::Var(b.let1(
+            Ty::I64,
+            "j",
+            Op::Binary(BinOp::IAdd, Operand::Var(i), Operand::I64(1)),
+        ))
+    } else {
+        Operand::Var(i)
+    };
+    b.push(Stmt::Store {
+        array: Operand::Var(out),
+        index: at,
+        slot: 0,
+        value: Operand::Var(x),
+    });
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    b.push(Stmt::Return(vec![]));
+    let f = b.finish(spec(0), vec![a], layout(&[]));
+    let at = f
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::For { .. }))
+        .unwrap();
+    let mut fresh = Vec::new();
+    for s in &f.body[..at] {
+        passes::loops::update_fresh(&mut fresh, s);
+    }
+    let Stmt::For { index, body, .. } = &f.body[at] else {
+        unreachable!()
+    };
+    passes::loops::iterations_independent(&fresh, *index, body)
+}
+
+#[test]
+fn a_loop_that_fills_a_new_array_at_its_index_has_independent_iterations() {
+    assert!(fill_loop(|_, _| {}, |_, _, _, _, _| {}, false));
+    // An index check and the length of the new array change nothing.
+    assert!(fill_loop(
+        |_, _| {},
+        |b, _, out, i, _| {
+            let n = b.let1(Ty::I64, "m", Op::Length(Operand::Var(out)));
+            b.let1(
+                Ty::I64,
+                "k",
+                Op::Rt(
+                    Rt::IndexI64,
+                    vec![Operand::I64(1), Operand::Var(i), Operand::Var(n)],
+                ),
+            );
+        },
+        false
+    ));
+}
+
+#[test]
+fn loops_that_may_touch_one_element_twice_are_not_independent() {
+    // Stored at another index than the loop's.
+    assert!(!fill_loop(|_, _| {}, |_, _, _, _, _| {}, true));
+    // The new array read in the loop.
+    assert!(!fill_loop(
+        |_, _| {},
+        |b, _, out, i, _| {
+            load(b, Ty::F64, "y", out, Operand::Var(i));
+        },
+        false
+    ));
+    // A copy of it made before the loop: the copy may be read under another name.
+    assert!(!fill_loop(
+        |b, out| {
+            b.let1(
+                Ty::Array(layout(&[Ty::F64])),
+                "c",
+                Op::Copy(Operand::Var(out)),
+            );
+        },
+        |_, _, _, _, _| {},
+        false
+    ));
+    // A store into the parameter too.
+    assert!(!fill_loop(
+        |_, _| {},
+        |b, a, _, i, x| {
+            b.push(Stmt::Store {
+                array: Operand::Var(a),
+                index: Operand::Var(i),
+                slot: 0,
+                value: Operand::Var(x),
+            });
+        },
+        false
+    ));
+    // A call, which may do anything.
+    assert!(!fill_loop(
+        |_, _| {},
+        |b, _, _, _, _| {
+            b.push(Stmt::Let(
+                vec![],
+                Op::Call {
+                    func: FuncId(0),
+                    args: vec![],
+                    guard: None,
+                },
+            ));
+        },
+        false
+    ));
+}
