@@ -135,23 +135,14 @@ pub fn iterations_independent(fresh: &[Var], index: Var, body: &[Stmt]) -> bool 
             }
             Stmt::Let(_, Op::Length(_)) => true,
             Stmt::Let(_, op) => {
+                // Runtime calls by name: some that the effects call pure write an array's
+                // header (`vl_acc_mark`).
                 let reads_only = match op {
                     Op::Rt(rt, _) => {
                         matches!(rt, Rt::IndexI64 | Rt::Index | Rt::CheckCount | Rt::CountOk)
                             || rt.effects().noreturn
                     }
-                    Op::Copy(_)
-                    | Op::Unary(..)
-                    | Op::Binary(..)
-                    | Op::Load { .. }
-                    | Op::Field { .. }
-                    | Op::IsKind(..)
-                    | Op::Cast(..)
-                    | Op::CodeOf(_)
-                    | Op::MakeUnion { .. }
-                    | Op::UnionTag(_)
-                    | Op::UnionField { .. } => true,
-                    _ => false,
+                    op => super::simplify::is_pure(op),
                 };
                 reads_only && !op_operands(op).into_iter().any(is_fresh)
             }
