@@ -100,13 +100,16 @@ pub(crate) fn assign_all(accs: &[Var], next: Vec<Operand>, vars: &mut Vec<VarInf
 /// hold one, and no earlier iteration of an enclosing loop made it. `update_fresh` keeps it
 /// across a statement; a loop's body starts with none.
 pub fn update_fresh(fresh: &mut Vec<Var>, s: &Stmt) {
-    walk(std::slice::from_ref(s), &mut |t| {
-        for x in stmt_operands(t) {
-            if let Some(v) = x.var() {
-                fresh.retain(|f| *f != v);
+    // Most statements come where there is no new array: no walk of their nested blocks then.
+    if !fresh.is_empty() {
+        walk(std::slice::from_ref(s), &mut |t| {
+            for x in stmt_operands(t) {
+                if let Some(v) = x.var() {
+                    fresh.retain(|f| *f != v);
+                }
             }
-        }
-    });
+        });
+    }
     if let Stmt::Let(vs, Op::NewArray { .. }) = s {
         fresh.extend(vs);
     }
@@ -119,6 +122,9 @@ pub fn update_fresh(fresh: &mut Vec<Var>, s: &Stmt) {
 /// program), and has no loop or collection inside. What it reads it may read freely: none of
 /// it is a fresh array.
 pub fn iterations_independent(fresh: &[Var], index: Var, body: &[Stmt]) -> bool {
+    if fresh.is_empty() {
+        return false;
+    }
     let is_fresh = |x: &Operand| x.var().is_some_and(|v| fresh.contains(&v));
     let mut stores = false;
     let mut ok = true;
