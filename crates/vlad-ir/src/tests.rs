@@ -4801,3 +4801,192 @@ fn loops_that_may_touch_one_element_twice_are_not_independent() {
         false
     ));
 }
+
+/// How `nested_tapes` differs from the case whose inner records' array slot is read as `w`.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Nested {
+    Invariant,
+    /// The inner tape is also passed to a function (f1): its arrays leave the call.
+    PassedOut,
+    /// The records store an array made in the outer loop, a new one for each point.
+    MadeInLoop,
+    /// One more store writes another top-level array into the slot.
+    TwoValues,
+}
+
+/// `f0(n: i64)`: `w = new array(f64) count n` at the top; `outer = new array(array(array(f64),
+/// f64)) count n`; for each i an inner tape `inner = new array(array(f64), f64) count n` whose
+/// records j hold `w` (slot 0) and `sin j` (slot 1), stored at `outer[i].0`; then a loop reads
+/// `t = outer[k].0`, `a = t[k].0`, `y = t[k].1` and sums `a[k]` and `y`.
+fn nested_tapes(how: Nested) -> Program {
+    let reals = Ty::Array(layout(&[Ty::F64]));
+    let rec = layout(&[reals.clone(), Ty::F64]);
+    let inner_ty = Ty::Array(rec.clone());
+    let outer_rec = layout(std::slice::from_ref(&inner_ty));
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::I64, "n".into());
+    let new_reals = |b: &mut Builder, name: &str| {
+        b.let1(
+            reals.clone(),
+            name,
+            Op::NewArray {
+                layout: layout(&[Ty::F64]),
+                count: Operand::Var(n),
+            },
+        )
+    };
+    let w = new_reals(&mut b, "w");
+    let other = new_reals(&mut b, "other");
+    let outer = b.let1(
+        Ty::Array(outer_rec.clone()),
+        "outer",
+        Op::NewArray {
+            layout: outer_rec.clone(),
+            count: Operand::Var(n),
+        },
+    );
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let held = if how == Nested::MadeInLoop {
+        new_reals(&mut b, "fresh")
+    } else {
+        w
+    };
+    let inner = b.let1(
+        inner_ty.clone(),
+        "inner",
+        Op::NewArray {
+            layout: rec.clone(),
+            count: Operand::Var(n),
+        },
+    );
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let jr = b.let1(Ty::F64, "jr", Op::Unary(UnOp::I64ToF64, Operand::Var(j)));
+    let x = b.let1(Ty::F64, "x", Op::Unary(UnOp::Sin, Operand::Var(jr)));
+    let store = |b: &mut Builder, slot: u32, value: Var| {
+        b.push(Stmt::Store {
+            array: Operand::Var(inner),
+            index: Operand::Var(j),
+            slot,
+            value: Operand::Var(value),
+        })
+    };
+    store(&mut b, 0, held);
+    store(&mut b, 1, x);
+    let body = b.close();
+    b.push(Stmt::For {
+        index: j,
+        count: Operand::Var(n),
+        body,
+    });
+    if how == Nested::TwoValues {
+        b.push(Stmt::Store {
+            array: Operand::Var(inner),
+            index: Operand::I64(0),
+            slot: 0,
+            value: Operand::Var(other),
+        });
+    }
+    if how == Nested::PassedOut {
+        b.let1(
+            Ty::F64,
+            "out",
+            Op::Call {
+                func: FuncId(1),
+                args: vec![Operand::Var(inner)],
+                guard: None,
+            },
+        );
+    }
+    b.push(Stmt::Store {
+        array: Operand::Var(outer),
+        index: Operand::Var(i),
+        slot: 0,
+        value: Operand::Var(inner),
+    });
+    let body = b.close();
+    b.push(Stmt::For {
+        index: i,
+        count: Operand::Var(n),
+        body,
+    });
+    let sum = b.var(Ty::F64, "sum");
+    let k = b.var(Ty::I64, "k");
+    b.open();
+    let t = load(&mut b, inner_ty.clone(), "t", outer, Operand::Var(k));
+    let a = load(&mut b, reals.clone(), "a", t, Operand::Var(k));
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Load {
+            array: Operand::Var(t),
+            index: Operand::Var(k),
+            slot: 1,
+        },
+    );
+    let lr = load(&mut b, Ty::F64, "ak", a, Operand::Var(k));
+    let s1 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(sum), Operand::Var(lr)),
+    );
+    let s2 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s1), Operand::Var(y)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![sum],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: k,
+        body,
+        next: vec![Operand::Var(s2)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(sum)]));
+    let f0 = b.finish(spec(0), vec![n], layout(&[Ty::F64]));
+    // f1(t): the length of t, as a real.
+    let mut c = Builder::new();
+    let t = c.named_var(inner_ty, "t".into());
+    let m = c.let1(Ty::I64, "m", Op::Length(Operand::Var(t)));
+    let r = c.let1(Ty::F64, "r", Op::Unary(UnOp::I64ToF64, Operand::Var(m)));
+    c.push(Stmt::Return(vec![Operand::Var(r)]));
+    let f1 = c.finish(spec(1), vec![t], layout(&[Ty::F64]));
+    let mut p = program(vec![f0, f1]);
+    p.main = Some(FuncId(0));
+    p
+}
+
+/// The records of a tape held by another tape's records all hold the array `w` made at the
+/// top of their function: the sweep's load of that slot reads `w`, and the records lose the
+/// slot (one real each, no pointer). Not when the tape leaves the call (passed to f1), when
+/// the array is made anew for each tape, or when one write stores another array.
+#[test]
+fn a_slot_that_every_record_of_nested_tapes_fills_with_one_array_is_read_as_it() {
+    for how in [
+        Nested::Invariant,
+        Nested::PassedOut,
+        Nested::MadeInLoop,
+        Nested::TwoValues,
+    ] {
+        let mut p = nested_tapes(how);
+        verify(&p).unwrap();
+        passes::fields::run(&mut p);
+        verify(&p).unwrap();
+        let main = crate::print::function(&p, FuncId(0));
+        if how == Nested::Invariant {
+            assert!(main.contains("new array(f64) count n"), "{main}");
+            assert!(!main.contains("array(array(f64), f64)"), "{main}");
+            assert!(main.contains("= load w"), "{main}");
+            assert_eq!(main.matches("store inner").count(), 1, "{main}");
+        } else {
+            assert!(
+                main.contains("new array(array(f64), f64) count n"),
+                "{how:?}: {main}"
+            );
+            assert!(!main.contains("= load w"), "{how:?}: {main}");
+        }
+    }
+}

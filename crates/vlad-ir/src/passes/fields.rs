@@ -34,6 +34,7 @@ use std::collections::{HashMap, HashSet};
 pub fn run(p: &mut Program) {
     invariant_slots(p);
     let escaped = uses(p).escaped;
+    confined_invariant_slots(p, &escaped);
     site_slots(p, &escaped);
     own_index(p, &escaped);
     merge_same(p, &escaped);
@@ -352,6 +353,145 @@ fn invariant_slots(p: &mut Program) {
             super::simplify::function(f);
         }
     }
+}
+
+/// `invariant_slots` for arrays held in the records of other arrays, by the sites they may
+/// come from (`provenance`): a load of a slot of an array whose every possible site is made in
+/// the load's function and confined to its calls (`Provenance::confined`), and whose every write
+/// of that slot stores one value, reads that value: a real, integer or boolean constant, or a
+/// parameter or top-level `let` of the function that nothing assigns, defined before the
+/// load's top-level statement. Reverse mode through an `ifold` nested in a loop (logistic
+/// regression's dot product of each point with the weights) keeps a tape per point, each held
+/// by a record of the outer tape, and every record of every point's tape holds the weights.
+fn confined_invariant_slots(p: &mut Program, escaped: &HashSet<Layout>) {
+    let Some(pr) = super::provenance::analyse(p, escaped) else {
+        return;
+    };
+    let confined = pr.confined(p);
+    if confined.is_empty() {
+        return;
+    }
+    let home: HashMap<u32, usize> = pr.site_of.iter().map(|(&(fi, _), &s)| (s, fi)).collect();
+    let same = |a: &Operand, b: &Operand| match (a, b) {
+        (Operand::F64(x), Operand::F64(y)) => x.to_bits() == y.to_bits(),
+        _ => a == b,
+    };
+    // What the writes of each slot of each confined site store: one value, or `None`.
+    let mut held: HashMap<(u32, u32), Option<Operand>> = HashMap::new();
+    for (fi, f) in p.funcs.iter().enumerate() {
+        let assigned = super::simplify::mutable(&f.body);
+        let top = top_level_lets(f);
+        let mut note = |site: u32, slot: u32, x: &Operand| {
+            if !confined.contains(&site) {
+                return;
+            }
+            let fits = home[&site] == fi
+                && match x {
+                    Operand::Var(v) => !assigned.contains(v) && top.contains_key(v),
+                    Operand::F64(_) | Operand::I64(_) | Operand::Bool(_) => true,
+                    _ => false,
+                };
+            let entry = held.entry((site, slot)).or_insert_with(|| Some(x.clone()));
+            if !fits || entry.as_ref().is_some_and(|y| !same(x, y)) {
+                *entry = None;
+            }
+        };
+        walk(&f.body, &mut |s| match s {
+            Stmt::Store {
+                array, slot, value, ..
+            } => {
+                let Some(Ty::Array(l)) = array.var().map(|a| f.ty(a)) else {
+                    return;
+                };
+                if escaped.contains(l) {
+                    return;
+                }
+                let into = match pr.origin(fi, f, array) {
+                    Some(o) => o.into_iter().collect(),
+                    None => pr.by_layout.get(l).cloned().unwrap_or_default(),
+                };
+                for site in into {
+                    note(site, *slot, value);
+                }
+            }
+            Stmt::Build { array, elem, .. } => {
+                if let Some(&site) = pr.site_of.get(&(fi, *array)) {
+                    for (k, x) in elem.iter().enumerate() {
+                        note(site, k as u32, x);
+                    }
+                }
+            }
+            Stmt::Let(vs, Op::ArrayOf { layout, .. }) => {
+                if let Some(&site) = vs.first().and_then(|a| pr.site_of.get(&(fi, *a))) {
+                    for k in 0..layout.len() {
+                        note(site, k as u32, &Operand::Null);
+                    }
+                }
+            }
+            _ => {}
+        });
+    }
+    for (fi, f) in p.funcs.iter_mut().enumerate() {
+        let top = top_level_lets(f);
+        // Each rewritten load, by the variable it defines (unique in its function).
+        let mut rewrites: HashMap<Var, Operand> = HashMap::new();
+        for (at, s) in f.body.iter().enumerate() {
+            walk(std::slice::from_ref(s), &mut |s| {
+                let Stmt::Let(vs, Op::Load { array, slot, .. }) = s else {
+                    return;
+                };
+                let (Some(sites), [v]) = (pr.origin(fi, f, array), &vs[..]) else {
+                    return;
+                };
+                let mut value: Option<&Operand> = None;
+                for site in &sites {
+                    if home.get(site) != Some(&fi) {
+                        return;
+                    }
+                    match held.get(&(*site, *slot)) {
+                        Some(Some(x)) if value.is_none_or(|y| same(x, y)) => value = Some(x),
+                        _ => return,
+                    }
+                }
+                let visible = match value {
+                    Some(Operand::Var(w)) => top[w] <= at,
+                    Some(_) => true,
+                    None => false,
+                };
+                if visible {
+                    rewrites.insert(*v, value.cloned().expect("a value"));
+                }
+            });
+        }
+        if rewrites.is_empty() {
+            continue;
+        }
+        walk_mut(&mut f.body, &mut |s| {
+            if let Stmt::Let(vs, op @ Op::Load { .. }) = s {
+                if let Some(x) = vs.first().and_then(|v| rewrites.remove(v)) {
+                    *op = Op::Copy(x);
+                }
+            }
+        });
+        super::simplify::function(f);
+    }
+}
+
+/// The parameters of `f` (at 0) and the variables its body's top-level `let`s and `build`s
+/// define (at one past the statement's position): where each becomes visible to the rest of
+/// the body. (Not an `ifold`'s accumulators: its body sees every step's value.)
+fn top_level_lets(f: &Function) -> HashMap<Var, usize> {
+    let mut top: HashMap<Var, usize> = f.params.iter().map(|&v| (v, 0)).collect();
+    for (i, s) in f.body.iter().enumerate() {
+        match s {
+            Stmt::Let(vs, _) => top.extend(vs.iter().map(|&v| (v, i + 1))),
+            Stmt::Build { array, .. } => {
+                top.insert(*array, i + 1);
+            }
+            _ => {}
+        }
+    }
+    top
 }
 
 /// Records, for each array a block makes (`new array`, `build`), the variables visible where

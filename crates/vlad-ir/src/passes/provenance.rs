@@ -57,6 +57,51 @@ impl Provenance {
         }
     }
 
+    /// The sites whose arrays stay in the call of the function that made them: no variable of
+    /// another function, no parameter or result of their own function, and no slot of an array
+    /// from a site that is not itself confined may hold one. (Recursion and calls give each
+    /// call its own arrays: a value that one call stored into every element of a confined
+    /// site's arrays is that call's value wherever those arrays are read.) Empty where some
+    /// array of a followed layout may come from anywhere.
+    pub fn confined(&self, p: &Program) -> HashSet<u32> {
+        let home: HashMap<u32, usize> = self.site_of.iter().map(|(&(fi, _), &s)| (s, fi)).collect();
+        let mut out: HashSet<u32> = HashSet::new();
+        for (fi, f) in p.funcs.iter().enumerate() {
+            for (i, info) in f.vars.iter().enumerate() {
+                let v = Var(i as u32);
+                if !self.followed(&info.ty) {
+                    continue;
+                }
+                let Some(sites) = self.origin(fi, f, &Operand::Var(v)) else {
+                    return HashSet::new();
+                };
+                let param = f.params.contains(&v);
+                out.extend(sites.into_iter().filter(|s| param || home[s] != fi));
+            }
+            for i in 0..f.results.len() {
+                let Some(sites) = self.result(fi, i) else {
+                    return HashSet::new();
+                };
+                out.extend(sites);
+            }
+        }
+        loop {
+            let before = out.len();
+            for ((site, _), held) in &self.slots {
+                if out.contains(site) {
+                    match held {
+                        Some(sites) => out.extend(sites.iter().copied()),
+                        None => return HashSet::new(),
+                    }
+                }
+            }
+            if out.len() == before {
+                break;
+            }
+        }
+        home.into_keys().filter(|s| !out.contains(s)).collect()
+    }
+
     /// What result `i` of function `func` may come from.
     fn result(&self, func: usize, i: usize) -> Origin {
         self.results
