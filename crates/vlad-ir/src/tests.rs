@@ -4990,3 +4990,248 @@ fn a_slot_that_every_record_of_nested_tapes_fills_with_one_array_is_read_as_it()
         }
     }
 }
+
+/// `f(tape: array(f64)) -> array(f64)`: a reverse sweep over `tape` (record `n - 1 - i` at step
+/// i, its index checked against `n = length tape`) whose accumulator `acc` starts as null with
+/// a flag `first` (`#t`, set to `#f` by every step, or to `x > 0` if not `known`): the step
+/// branches on the flag, making a new array on the first step (marked the loop's own if
+/// `marked`) and, on the others, adding into `acc` if it is the loop's own (`vl_acc_owned`),
+/// else into a copy marked its own.
+fn first_step_sweep(known: bool, marked: bool) -> Program {
+    let reals = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let tape = b.named_var(reals.clone(), "tape".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(tape)));
+    let last = b.let1(
+        Ty::I64,
+        "last",
+        Op::Binary(BinOp::ISub, Operand::Var(n), Operand::I64(1)),
+    );
+    let first = b.var(Ty::Bool, "first");
+    let acc = b.var(reals.clone(), "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let k = b.let1(
+        Ty::I64,
+        "k",
+        Op::Binary(BinOp::ISub, Operand::Var(last), Operand::Var(i)),
+    );
+    let ki = b.let1(
+        Ty::I64,
+        "ki",
+        Op::Rt(
+            Rt::IndexI64,
+            vec![Operand::I64(0), Operand::Var(k), Operand::Var(n)],
+        ),
+    );
+    let x = load(&mut b, Ty::F64, "x", tape, Operand::Var(ki));
+    let a = b.var(reals.clone(), "a");
+    b.push(Stmt::Declare(vec![a]));
+    b.open();
+    let made = b.let1(
+        reals.clone(),
+        "made",
+        Op::NewArray {
+            layout: layout(&[Ty::F64]),
+            count: Operand::Var(n),
+        },
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(made),
+        index: Operand::Var(ki),
+        slot: 0,
+        value: Operand::Var(x),
+    });
+    let made = if marked {
+        b.let1(
+            reals.clone(),
+            "marked",
+            Op::Rt(Rt::AccMark, vec![Operand::Var(made)]),
+        )
+    } else {
+        made
+    };
+    b.push(Stmt::Set(a, Operand::Var(made)));
+    let then = b.close();
+    b.open();
+    // `%accumulate`: into `acc` if it is the loop's own, else into a copy marked its own.
+    let own = b.var(reals.clone(), "own");
+    b.push(Stmt::Declare(vec![own]));
+    let owned = b.let1(
+        Ty::Bool,
+        "owned",
+        Op::Rt(Rt::AccOwned, vec![Operand::Var(acc)]),
+    );
+    b.open();
+    b.push(Stmt::Set(own, Operand::Var(acc)));
+    let yes = b.close();
+    b.open();
+    let copy = b.var(reals.clone(), "copy");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let e = load(&mut b, Ty::F64, "e", acc, Operand::Var(j));
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: copy,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: j,
+        body,
+        elem: vec![Operand::Var(e)],
+    });
+    let mine = b.let1(
+        reals.clone(),
+        "mine",
+        Op::Rt(Rt::AccMark, vec![Operand::Var(copy)]),
+    );
+    b.push(Stmt::Set(own, Operand::Var(mine)));
+    let no = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(owned),
+        then: yes,
+        els: no,
+    });
+    let old = load(&mut b, Ty::F64, "old", own, Operand::Var(ki));
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(old), Operand::Var(x)),
+    );
+    b.push(Stmt::Store {
+        array: Operand::Var(own),
+        index: Operand::Var(ki),
+        slot: 0,
+        value: Operand::Var(y),
+    });
+    b.push(Stmt::Set(a, Operand::Var(own)));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(first),
+        then,
+        els,
+    });
+    let next_flag = if known {
+        Operand::Bool(false)
+    } else {
+        Operand::Var(b.let1(
+            Ty::Bool,
+            "pos",
+            Op::Binary(BinOp::FGt, Operand::Var(x), Operand::F64(0.0)),
+        ))
+    };
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![first, acc],
+        init: vec![Operand::Bool(true), Operand::Null],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![next_flag, Operand::Var(a)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let f0 = b.finish(spec(0), vec![tape], layout(std::slice::from_ref(&reals)));
+    program(vec![f0])
+}
+
+/// A sweep whose first step makes its accumulator runs that step before the loop: the loop
+/// from index 1 does not test the flag, its accumulator is its own at every step (no test, and
+/// no copy: nothing allocated, so `carry` does not collect at its back edge), and its reads of
+/// the tape at `n - 1 - (j + 1)` stay unchecked. Where the first step does not mark its array
+/// the loop's own, the test and the copy stay (and the collection). A flag that later steps
+/// set to a value not known leaves the loop as it was.
+#[test]
+fn a_sweep_whose_first_step_makes_its_accumulator_runs_that_step_before_the_loop() {
+    for marked in [true, false] {
+        let mut p = first_step_sweep(true, marked);
+        verify(&p).unwrap();
+        passes::peel::run(&mut p);
+        verify(&p).unwrap();
+        passes::carry::run(&mut p);
+        verify(&p).unwrap();
+        let f = crate::print::function(&p, FuncId(0));
+        // The first step, under `0 < n`: the new array, and one index check.
+        assert!(f.contains("ilt 0i, n"), "{f}");
+        assert_eq!(f.matches("vl_index_i").count(), 1, "{f}");
+        assert!(!f.contains("if first"), "{f}");
+        let sweep = &f[f.find("ifold").unwrap()..];
+        assert!(!sweep.contains("vl_index_i"), "{f}");
+        if marked {
+            assert_eq!(f.matches("new array").count(), 1, "{f}");
+            assert!(!f.contains("vl_acc_owned") && !f.contains("build"), "{f}");
+            assert!(!f.contains("collect") && !f.contains("carrying"), "{f}");
+        } else {
+            assert!(
+                sweep.contains("vl_acc_owned") && sweep.contains("build"),
+                "{f}"
+            );
+            assert!(sweep.contains("collect"), "{f}");
+        }
+    }
+    for peeled in [true, false] {
+        let mut p = first_step_sweep(peeled, true);
+        verify(&p).unwrap();
+        passes::peel::run(&mut p);
+        verify(&p).unwrap();
+        passes::carry::run(&mut p);
+        verify(&p).unwrap();
+        let f = crate::print::function(&p, FuncId(0));
+        if peeled {
+            assert!(f.contains("ilt 0i, n") && !f.contains("if first"), "{f}");
+        } else {
+            assert!(f.contains("if first"), "{f}");
+            assert!(f.contains("collect"), "{f}");
+            assert!(!f.contains("ilt 0i, n"), "{f}");
+        }
+    }
+}
+
+/// A loop whose accumulator is an array of arrays keeps its first step: a later step could
+/// store into the first step's array (then older than the loop's mark) a pointer to an array
+/// it made, which the loop's collections would not see.
+#[test]
+fn a_loop_carrying_arrays_of_arrays_keeps_its_first_step() {
+    let rows = Ty::Array(layout(&[Ty::Array(layout(&[Ty::F64]))]));
+    let mut b = Builder::new();
+    let n = b.named_var(Ty::I64, "n".into());
+    let first = b.var(Ty::Bool, "first");
+    let acc = b.var(rows.clone(), "acc");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let x = b.var(rows.clone(), "x");
+    b.push(Stmt::Declare(vec![x]));
+    b.open();
+    let made = b.let1(
+        rows.clone(),
+        "made",
+        Op::NewArray {
+            layout: layout(&[Ty::Array(layout(&[Ty::F64]))]),
+            count: Operand::I64(1),
+        },
+    );
+    b.push(Stmt::Set(x, Operand::Var(made)));
+    let then = b.close();
+    b.open();
+    b.push(Stmt::Set(x, Operand::Var(acc)));
+    let els = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(first),
+        then,
+        els,
+    });
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![first, acc],
+        init: vec![Operand::Bool(true), Operand::Null],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Bool(false), Operand::Var(x)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(acc)]));
+    let mut p = program(vec![b.finish(spec(0), vec![n], layout(&[rows]))]);
+    verify(&p).unwrap();
+    passes::peel::run(&mut p);
+    verify(&p).unwrap();
+    let f = crate::print::function(&p, FuncId(0));
+    assert!(f.contains("if first") && !f.contains("ilt 0i, n"), "{f}");
+}

@@ -63,7 +63,7 @@ pub fn run(p: &mut Program) {
         }
         let owned = super::unread::owned(f);
         let mut vars = std::mem::take(&mut f.vars);
-        carry_ifolds(&mut f.body, &mut vars, &accumulating, &owned);
+        carry_ifolds(&mut f.body, &mut vars, &accumulating, &owned, &alloc);
         f.vars = vars;
     }
 }
@@ -542,6 +542,7 @@ fn carry_ifolds(
     vars: &mut Vec<VarInfo>,
     accumulating: &HashSet<FuncId>,
     owned: &[bool],
+    alloc: &HashSet<FuncId>,
 ) {
     flat_map(block, &mut |mut s| {
         let Stmt::Ifold {
@@ -557,9 +558,13 @@ fn carry_ifolds(
                 tys[j].holds_pointer() && !matches!(next[j], Operand::Null | Operand::Global(_))
             })
             .collect();
-        if carried.is_empty() || !carried.iter().all(|&j| tys[j].is_pointer()) {
-            // Nothing to keep, or a union holding a pointer (the runtime cannot see which
-            // variant it is).
+        if carried.is_empty()
+            || !carried.iter().all(|&j| tys[j].is_pointer())
+            || !super::marks::block_allocates(body, alloc)
+        {
+            // Nothing to keep, a union holding a pointer (the runtime cannot see which
+            // variant it is), or no step that allocates: nothing to collect (a reverse sweep
+            // whose first step, which made its accumulator, `peel` ran before the loop).
             return vec![s];
         }
         // A step that stores a pointer into an array made before it (the tape of the

@@ -115,28 +115,34 @@ fn closure_over(
 /// ends the program (boxing the operands of an error message, then failing) does not count:
 /// nothing after it could reuse the memory.
 pub fn allocates_itself(f: &Function) -> bool {
-    fn block(b: &[Stmt]) -> bool {
-        if b.iter()
-            .any(|s| matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().noreturn))
-        {
-            return false;
-        }
-        b.iter().any(|s| {
-            matches!(
-                s,
-                Stmt::Let(
-                    _,
-                    Op::NewArray { .. }
-                        | Op::ArrayOf { .. }
-                        | Op::ReleaseCarrying { .. }
-                        | Op::Collect { .. }
-                ) | Stmt::Build { .. }
-                    | Stmt::MachineCall { .. }
-            ) || matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates)
-                || children(s).into_iter().any(|c| block(c))
-        })
+    matches!(f.kind, FuncKind::MachineEntry { .. }) || block_allocates(&f.body, &HashSet::new())
+}
+
+/// Whether running `b` may allocate: an allocating statement, or a call of a function in
+/// `alloc` (`allocating`). A block that ends the program does not count (`allocates_itself`).
+pub fn block_allocates(b: &[Stmt], alloc: &HashSet<FuncId>) -> bool {
+    if b.iter()
+        .any(|s| matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().noreturn))
+    {
+        return false;
     }
-    matches!(f.kind, FuncKind::MachineEntry { .. }) || block(&f.body)
+    b.iter().any(|s| {
+        matches!(
+            s,
+            Stmt::Let(
+                _,
+                Op::NewArray { .. }
+                    | Op::ArrayOf { .. }
+                    | Op::ReleaseCarrying { .. }
+                    | Op::Collect { .. }
+            ) | Stmt::Build { .. }
+                | Stmt::MachineCall { .. }
+        ) || matches!(s, Stmt::Let(_, Op::Rt(rt, _)) if rt.effects().allocates)
+            || matches!(s, Stmt::Let(_, Op::Call { func, guard, .. })
+                if alloc.contains(func) || guard.is_some_and(|g| alloc.contains(&g)))
+            || matches!(s, Stmt::TailCall { func, .. } if alloc.contains(func))
+            || children(s).into_iter().any(|c| block_allocates(c, alloc))
+    })
 }
 
 pub fn run(p: &mut Program) {

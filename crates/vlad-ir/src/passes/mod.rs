@@ -12,6 +12,7 @@ pub mod loops;
 pub mod machines;
 pub mod marks;
 pub mod overwrite;
+pub mod peel;
 pub mod provenance;
 pub mod reuse;
 pub mod same_args;
@@ -123,6 +124,8 @@ pub fn optimize(p: &mut Program, opts: Options) -> Result<Stats, VerifyError> {
     check(p, "dead functions")?;
     fields::run(p);
     check(p, "slots no one reads")?;
+    peel::run(p);
+    check(p, "first steps peeled")?;
     tail::run(p);
     check(p, "tail calls")?;
     marks::run(p);

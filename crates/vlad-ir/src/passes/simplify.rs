@@ -992,6 +992,21 @@ impl Cx {
                 self.natural.insert(v);
                 self.below.insert(v, n);
             }
+            // A counter below `n - 1`, plus one, is below `n`: the index of a loop whose first
+            // step `peel` ran before it.
+            Op::Binary(BinOp::IAdd, j @ Operand::Var(jv), Operand::I64(1))
+                if self.is_fixed(j)
+                    && self
+                        .below
+                        .get(jv)
+                        .and_then(Operand::var)
+                        .is_some_and(|last| self.last_of.contains_key(&last)) =>
+            {
+                let last = self.below[jv].var().expect("a variable");
+                let n = self.last_of[&last].clone();
+                self.natural.insert(v);
+                self.below.insert(v, n);
+            }
             Op::NewArray {
                 count: Operand::I64(n),
                 ..
