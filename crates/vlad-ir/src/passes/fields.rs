@@ -434,7 +434,7 @@ fn confined_invariant_slots(p: &mut Program, escaped: &HashSet<Layout>) {
     for (fi, f) in p.funcs.iter_mut().enumerate() {
         let top = top_level_lets(f);
         // Each rewritten load, by the variable it defines (unique in its function).
-        let mut rewrites: HashMap<Var, Operand> = HashMap::new();
+        let mut rewrites: HashMap<Var, Op> = HashMap::new();
         for (at, s) in f.body.iter().enumerate() {
             walk(std::slice::from_ref(s), &mut |s| {
                 let Stmt::Let(vs, Op::Load { array, slot, .. }) = s else {
@@ -459,22 +459,28 @@ fn confined_invariant_slots(p: &mut Program, escaped: &HashSet<Layout>) {
                     None => false,
                 };
                 if visible {
-                    rewrites.insert(*v, value.cloned().expect("a value"));
+                    rewrites.insert(*v, Op::Copy(value.cloned().expect("a value")));
                 }
             });
         }
-        if rewrites.is_empty() {
-            continue;
-        }
-        walk_mut(&mut f.body, &mut |s| {
-            if let Stmt::Let(vs, op @ Op::Load { .. }) = s {
-                if let Some(x) = vs.first().and_then(|v| rewrites.remove(v)) {
-                    *op = Op::Copy(x);
-                }
-            }
-        });
-        super::simplify::function(f);
+        rewrite_loads(f, rewrites);
     }
+}
+
+/// Replaces each load that defines a variable of `rewrites` by its operation there, then
+/// simplifies the function (the slots' values are then read by no one).
+fn rewrite_loads(f: &mut Function, mut rewrites: HashMap<Var, Op>) {
+    if rewrites.is_empty() {
+        return;
+    }
+    walk_mut(&mut f.body, &mut |s| {
+        if let Stmt::Let(vs, op @ Op::Load { .. }) = s {
+            if let Some(new) = vs.first().and_then(|v| rewrites.remove(v)) {
+                *op = new;
+            }
+        }
+    });
+    super::simplify::function(f);
 }
 
 /// The parameters of `f` (at 0) and the variables its body's top-level `let`s and `build`s
@@ -704,17 +710,7 @@ fn site_slots(p: &mut Program, escaped: &HashSet<Layout>) {
             };
             rewrites.insert(*v, op);
         });
-        if rewrites.is_empty() {
-            continue;
-        }
-        walk_mut(&mut f.body, &mut |s| {
-            if let Stmt::Let(vs, op @ Op::Load { .. }) = s {
-                if let Some(new) = vs.first().and_then(|v| rewrites.remove(v)) {
-                    *op = new;
-                }
-            }
-        });
-        super::simplify::function(f);
+        rewrite_loads(f, rewrites);
     }
 }
 

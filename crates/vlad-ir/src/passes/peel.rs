@@ -197,6 +197,30 @@ fn first_step_flag(
 
 /// `s` with its first step peeled, if it is such an `ifold` (`first_step_flag`).
 fn peel(s: Stmt, vars: &mut Vec<VarInfo>, changed: &mut bool) -> Vec<Stmt> {
+    let flag = match &s {
+        Stmt::Ifold {
+            accs,
+            init,
+            body,
+            next,
+            ..
+        } => {
+            // The first step's arrays are then older than the loop's mark: a later step that
+            // stored into them a pointer to what it allocated would hide it from the loop's
+            // collections, which copy what the values they keep reach above the mark. So
+            // only accumulators that hold no pointer, or are flat arrays of numbers.
+            let flat = accs.iter().all(|a| {
+                let t = &vars[a.0 as usize].ty;
+                !t.holds_pointer() || t.is_pointer_free_array()
+            });
+            first_step_flag(accs, init, body, next)
+                .filter(|_| flat && code_size(body) <= MAX_PEELED)
+        }
+        _ => None,
+    };
+    let Some((k, later)) = flag else {
+        return vec![s];
+    };
     let Stmt::Ifold {
         accs,
         init,
@@ -206,26 +230,7 @@ fn peel(s: Stmt, vars: &mut Vec<VarInfo>, changed: &mut bool) -> Vec<Stmt> {
         next,
     } = s
     else {
-        return vec![s];
-    };
-    // The first step's arrays are then older than the loop's mark: a later step that stored
-    // into them a pointer to what it allocated would hide it from the loop's collections,
-    // which copy what the values they keep reach above the mark. So only accumulators that
-    // hold no pointer, or are flat arrays of numbers.
-    let flat = accs.iter().all(|a| {
-        let t = &vars[a.0 as usize].ty;
-        !t.holds_pointer() || t.is_pointer_free_array()
-    });
-    let flag = first_step_flag(&accs, &init, &body, &next);
-    let Some((k, later)) = flag.filter(|_| flat && code_size(&body) <= MAX_PEELED) else {
-        return vec![Stmt::Ifold {
-            accs,
-            init,
-            count,
-            index,
-            body,
-            next,
-        }];
+        unreachable!("an ifold")
     };
     *changed = true;
     let ty = |vars: &Vec<VarInfo>, v: Var| vars[v.0 as usize].ty.clone();
