@@ -754,6 +754,30 @@ pub fn copy_fresh(
     (copy, renamed)
 }
 
+/// A copy of step `k` of an `ifold` (`accs`, `index`, `body`, `next`) whose accumulators hold
+/// `current`, its variables fresh (`copy_fresh`): the index and the accumulators defined as
+/// those constants, then the body; and what the accumulators hold after it.
+pub fn ifold_step_copy(
+    accs: &[Var],
+    index: Var,
+    body: &[Stmt],
+    next: &[Operand],
+    k: i64,
+    current: &[Operand],
+    vars: &mut Vec<VarInfo>,
+) -> (Block, Vec<Operand>) {
+    let mut also = accs.to_vec();
+    also.push(index);
+    let (copy, renamed) = copy_fresh(body, &also, vars);
+    let mut out = vec![Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(k)))];
+    for (a, x) in accs.iter().zip(current) {
+        out.push(Stmt::Let(vec![renamed[a]], Op::Copy(x.clone())));
+    }
+    out.extend(copy);
+    let then = next.iter().map(|x| renamed_operand(x, &renamed)).collect();
+    (out, then)
+}
+
 /// An operand of a copy of code made by `copy_fresh`: its variable renamed if the copy renamed
 /// it.
 pub fn renamed_operand(x: &Operand, renamed: &std::collections::HashMap<Var, Var>) -> Operand {

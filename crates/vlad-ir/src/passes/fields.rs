@@ -378,9 +378,10 @@ fn confined_invariant_slots(p: &mut Program, escaped: &HashSet<Layout>) {
     };
     // What the writes of each slot of each confined site store: one value, or `None`.
     let mut held: HashMap<(u32, u32), Option<Operand>> = HashMap::new();
+    let tops: Vec<HashMap<Var, usize>> = p.funcs.iter().map(top_level_lets).collect();
     for (fi, f) in p.funcs.iter().enumerate() {
         let assigned = super::simplify::mutable(&f.body);
-        let top = top_level_lets(f);
+        let top = &tops[fi];
         let mut note = |site: u32, slot: u32, x: &Operand| {
             if !confined.contains(&site) {
                 return;
@@ -432,7 +433,7 @@ fn confined_invariant_slots(p: &mut Program, escaped: &HashSet<Layout>) {
         });
     }
     for (fi, f) in p.funcs.iter_mut().enumerate() {
-        let top = top_level_lets(f);
+        let top = &tops[fi];
         // Each rewritten load, by the variable it defines (unique in its function).
         let mut rewrites: HashMap<Var, Op> = HashMap::new();
         for (at, s) in f.body.iter().enumerate() {

@@ -41,15 +41,14 @@ pub fn run(p: &mut Program) {
 enum Def {
     /// `let v = op`.
     Let(Op),
-    /// `v := x`, with the accumulator that a branch around it has found its own
-    /// (`vl_acc_owned`), if any.
-    Set(Operand, Option<Var>),
+    /// `v := x`.
+    Set(Operand),
 }
 
 /// Makes `vl_acc_owned(a)` true for each accumulator `a` of an `ifold` that is its own array at
 /// every step: it starts as an array marked its own (`vl_acc_mark`; null where no step runs,
 /// which the test would not survive), and every step passes on such an array, or `a` itself
-/// where the step found it its own. Nothing in the function clears a mark (`vl_acc_clear`).
+/// (its own at the start of the step: nothing in the function clears a mark, `vl_acc_clear`).
 /// Once `peel` ran a sweep's first step, which makes its accumulator, before the loop, the
 /// loop's test is then always true, and the copy it guarded (an allocation at every step, for
 /// `carry`) is dead. Only in a step that then allocates nothing (no call of a function in
@@ -61,46 +60,26 @@ fn owned_accumulators(f: &mut Function, alloc: &std::collections::HashSet<FuncId
     let mut checks: std::collections::HashMap<Var, Var> = Default::default();
     let mut clears = false;
     walk(&f.body, &mut |s| match s {
-        Stmt::Let(vs, Op::Rt(Rt::AccOwned, xs)) => {
-            if let ([c], [Operand::Var(a)]) = (&vs[..], &xs[..]) {
-                checks.insert(*c, *a);
+        Stmt::Let(vs, op) => {
+            match (&vs[..], op) {
+                ([c], Op::Rt(Rt::AccOwned, xs)) => {
+                    if let [Operand::Var(a)] = &xs[..] {
+                        checks.insert(*c, *a);
+                    }
+                }
+                (_, Op::Rt(Rt::AccClear, _)) => clears = true,
+                _ => {}
+            }
+            if let [v] = &vs[..] {
+                defs.entry(*v).or_default().push(Def::Let(op.clone()));
             }
         }
-        Stmt::Let(_, Op::Rt(Rt::AccClear, _)) => clears = true,
+        Stmt::Set(v, x) => defs.entry(*v).or_default().push(Def::Set(x.clone())),
         _ => {}
     });
     if clears || checks.is_empty() {
         return false;
     }
-    fn collect(
-        block: &[Stmt],
-        guard: Option<Var>,
-        checks: &std::collections::HashMap<Var, Var>,
-        defs: &mut std::collections::HashMap<Var, Vec<Def>>,
-    ) {
-        for s in block {
-            match s {
-                Stmt::Let(vs, op) if vs.len() == 1 => {
-                    defs.entry(vs[0]).or_default().push(Def::Let(op.clone()))
-                }
-                Stmt::Set(v, x) => defs.entry(*v).or_default().push(Def::Set(x.clone(), guard)),
-                Stmt::If {
-                    cond: Operand::Var(c),
-                    then,
-                    els,
-                } if checks.contains_key(c) => {
-                    collect(then, Some(checks[c]), checks, defs);
-                    collect(els, guard, checks, defs);
-                    continue;
-                }
-                _ => {}
-            }
-            for b in children(s) {
-                collect(b, guard, checks, defs);
-            }
-        }
-    }
-    collect(&f.body, None, &checks, &mut defs);
     /// Whether `x` is an array marked its own wherever it is read, `a` being one at the start
     /// of the step.
     fn owned(
@@ -121,10 +100,10 @@ fn owned_accumulators(f: &mut Function, alloc: &std::collections::HashSet<FuncId
         match defs.get(v).map(|d| &d[..]) {
             Some([Def::Let(Op::Rt(Rt::AccMark, _))]) => true,
             Some([Def::Let(Op::Copy(y))]) => owned(y, a, defs, depth - 1),
+            // `a` itself counts (above): it is the loop's own at the start of the step, and
+            // nothing clears a mark, so a step that found it its own and passes it on is covered.
             Some(sets) if !sets.is_empty() => sets.iter().all(|d| match d {
-                Def::Set(y, guard) => {
-                    (*guard == Some(a) && *y == Operand::Var(a)) || owned(y, a, defs, depth - 1)
-                }
+                Def::Set(y) => owned(y, a, defs, depth - 1),
                 Def::Let(_) => false,
             }),
             _ => false,
@@ -249,16 +228,9 @@ fn peel(s: Stmt, vars: &mut Vec<VarInfo>, changed: &mut bool) -> Vec<Stmt> {
         vec![runs],
         Op::Binary(BinOp::ILt, Operand::I64(0), count.clone()),
     ));
-    let mut also = accs.clone();
-    also.push(index);
-    let (copy, renamed) = copy_fresh(&body, &also, vars);
-    let mut first = vec![Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(0)))];
-    for (a, x) in accs.iter().zip(&init) {
-        first.push(Stmt::Let(vec![renamed[a]], Op::Copy(x.clone())));
-    }
-    first.extend(copy);
-    for (a, x) in after.iter().zip(&next) {
-        first.push(Stmt::Set(*a, renamed_operand(x, &renamed)));
+    let (mut first, then) = ifold_step_copy(&accs, index, &body, &next, 0, &init, vars);
+    for (a, x) in after.iter().zip(then) {
+        first.push(Stmt::Set(*a, x));
     }
     let none: Block = after
         .iter()

@@ -77,15 +77,10 @@ pub fn unroll(f: &mut Function) {
                 let mut out = Vec::new();
                 let mut current = init;
                 for k in 0..n {
-                    let mut also = accs.clone();
-                    also.push(index);
-                    let (copy, renamed) = copy_fresh(&body, &also, &mut vars);
-                    out.push(Stmt::Let(vec![renamed[&index]], Op::Copy(Operand::I64(k))));
-                    for (a, x) in accs.iter().zip(&current) {
-                        out.push(Stmt::Let(vec![renamed[a]], Op::Copy(x.clone())));
-                    }
+                    let (copy, then) =
+                        ifold_step_copy(&accs, index, &body, &next, k, &current, &mut vars);
                     out.extend(copy);
-                    current = next.iter().map(|x| renamed_operand(x, &renamed)).collect();
+                    current = then;
                 }
                 for (a, x) in accs.iter().zip(current) {
                     out.push(Stmt::Let(vec![*a], Op::Copy(x)));
