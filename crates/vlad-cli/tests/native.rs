@@ -1873,6 +1873,28 @@ fn compiled_errors_match_the_evaluator() {
              (ifold (lambda (s i) (+ s (get v (+ i 1)))) 0 2)\n\
              (ifold (lambda (s i) (+ s (get v (- i 1)))) 0 (real 3))\n",
         ),
+        // A build reading two arrays at its counter, over a count longer than one of them
+        // (`simplify::range_checks`: the checks leave the loop as one test): the step of the
+        // shorter length fails, by the first check in the step's order against that length,
+        // after the output of a build that did not fail.
+        (
+            "counter-second.vlad",
+            "(define (f n u w) (build n (lambda (i) (+ (get u i) (* 2 (get w i))))))\n\
+             (define u (build (real 5) (lambda (i) i)))\n(define w (build (real 3) (lambda (i) i)))\n\
+             (f (real 3) u w)\n(f (real 4) u w)\n",
+        ),
+        (
+            "counter-first.vlad",
+            "(define (f n u w) (build n (lambda (i) (+ (get u i) (* 2 (get w i))))))\n\
+             (define u (build (real 2) (lambda (i) i)))\n(define w (build (real 3) (lambda (i) i)))\n\
+             (f (real 6) u w)\n",
+        ),
+        (
+            "counter-equal.vlad",
+            "(define (f n u w) (ifold (lambda (s i) (+ s (* (get u i) (get w i)))) 0 n))\n\
+             (define u (build (real 2) (lambda (i) i)))\n(define w (build (real 2) (lambda (i) 1)))\n\
+             (f (real 2) u w)\n(f (real 3) w u)\n",
+        ),
         // A read at a constant index that the loop does not change: checked once before the
         // loop (`simplify`'s code motion), at the read's position, unless the body acts first.
         (

@@ -791,22 +791,24 @@ fn inlining_a_step_lets_the_loop_prove_its_index_checks() {
     assert!(!text.contains("i64tof64"), "{text}");
     assert!(text.contains("count n"), "{text}");
     // `get a0 i` is proved by the loop (its count is a0's length); `get a1 i` is not (a1 may be
-    // shorter) and is checked as an integer.
+    // shorter), and the step does nothing else that may fail or act: a1's length is checked
+    // once, before the loop, as an integer (`range_checks`), and the loop checks nothing.
     assert!(!text.contains("vl_index("), "{text}");
-    assert_eq!(text.matches("rt vl_index_i(2i, i").count(), 1, "{text}");
-    // The length of a1 does not change in the loop: it is taken once, before it.
+    assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
     let at = |needle: &str| text.find(needle).expect(needle);
-    assert!(at("= length a1") < at("= ifold"), "{text}");
-    // After the loops are lowered, the loop runs in two versions: a1 long enough, no check.
+    assert!(at("= length a1") < at("= ilt n7_16, n2"), "{text}");
+    assert!(
+        at("rt vl_index_i(2i, n7_16, n7_16)") < at("= ifold"),
+        "{text}"
+    );
+    // After the loops are lowered, the loop runs in one version.
     let mut lowered = p.clone();
     passes::loops::run(&mut lowered);
     passes::version::run(&mut lowered);
     verify(&lowered).unwrap();
     let text = crate::print::function(&lowered, FuncId(0));
-    assert_eq!(text.matches("for ").count(), 2, "{text}");
+    assert_eq!(text.matches("for ").count(), 1, "{text}");
     assert_eq!(text.matches("vl_index_i").count(), 1, "{text}");
-    let short = text.lines().find(|l| l.contains("= ilt")).expect(&text);
-    assert!(short.ends_with("= ilt n7_16, n2"), "{text}");
     // Site 1 guarded only the check that is gone: the next site replaces it.
     passes::sites::run(&mut p);
     verify(&p).unwrap();
@@ -5234,4 +5236,140 @@ fn a_loop_carrying_arrays_of_arrays_keeps_its_first_step() {
     verify(&p).unwrap();
     let f = crate::print::function(&p, FuncId(0));
     assert!(f.contains("if first") && !f.contains("ilt 0i, n"), "{f}");
+}
+
+/// `f(u, w, n, c) = sum_i x_i` over `x = build n (i -> u[i] + c w[i])`, the step checking its
+/// counter against the lengths of `u` and `w` (site 1, then site 2), as the lowering gives
+/// `(build n (lambda (i) (+ (get u i) (* c (get w i)))))`; with `offset`, `w` is read at
+/// `i + 1` instead (a check of another index, which can fail at a step of its own).
+fn build_reading_at_its_counter(offset: bool) -> Function {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let u = b.named_var(arr.clone(), "u".into());
+    let w = b.named_var(arr.clone(), "w".into());
+    let n = b.named_var(Ty::I64, "n".into());
+    let c = b.named_var(Ty::F64, "c".into());
+    let lu = b.let1(Ty::I64, "lu", Op::Length(Operand::Var(u)));
+    let lw = b.let1(Ty::I64, "lw", Op::Length(Operand::Var(w)));
+    let x = b.var(arr.clone(), "x");
+    let i = b.var(Ty::I64, "i");
+    b.open();
+    let check = |b: &mut Builder, site: u32, index: Operand, len: Var| {
+        b.push(Stmt::Site(site));
+        b.let1(
+            Ty::I64,
+            "k",
+            Op::Rt(
+                Rt::IndexI64,
+                vec![Operand::I64(i64::from(site)), index, Operand::Var(len)],
+            ),
+        )
+    };
+    let k1 = check(&mut b, 1, Operand::Var(i), lu);
+    let a = load(&mut b, Ty::F64, "a", u, Operand::Var(k1));
+    let at = if offset {
+        let j = b.let1(
+            Ty::I64,
+            "j",
+            Op::Binary(BinOp::IAdd, Operand::Var(i), Operand::I64(1)),
+        );
+        Operand::Var(j)
+    } else {
+        Operand::Var(i)
+    };
+    let k2 = check(&mut b, 2, at, lw);
+    let d = load(&mut b, Ty::F64, "d", w, Operand::Var(k2));
+    let e = b.let1(
+        Ty::F64,
+        "e",
+        Op::Binary(BinOp::FMul, Operand::Var(c), Operand::Var(d)),
+    );
+    let y = b.let1(
+        Ty::F64,
+        "y",
+        Op::Binary(BinOp::FAdd, Operand::Var(a), Operand::Var(e)),
+    );
+    let body = b.close();
+    b.push(Stmt::Build {
+        array: x,
+        layout: layout(&[Ty::F64]),
+        count: Operand::Var(n),
+        index: i,
+        body,
+        elem: vec![Operand::Var(y)],
+    });
+    let s = b.var(Ty::F64, "s");
+    let j = b.var(Ty::I64, "j");
+    b.open();
+    let xj = load(&mut b, Ty::F64, "xj", x, Operand::Var(j));
+    let t = b.let1(
+        Ty::F64,
+        "t",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(xj)),
+    );
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s],
+        init: vec![Operand::F64(0.0)],
+        count: Operand::Var(n),
+        index: j,
+        body,
+        next: vec![Operand::Var(t)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s)]));
+    b.finish(spec(0), vec![u, w, n, c], layout(&[Ty::F64]))
+}
+
+/// A program of one function with `n` call sites.
+fn program_with_sites(f: Function, n: usize) -> Program {
+    let site = Site {
+        prefix: "t.vlad:1:1: error: ".into(),
+        excerpt: None,
+    };
+    let mut p = program(vec![f]);
+    p.sites = vec![site; n];
+    p
+}
+
+#[test]
+fn a_build_that_checks_its_counter_checks_the_lengths_once_before_it_and_is_fused() {
+    let mut p = program_with_sites(build_reading_at_its_counter(false), 3);
+    verify(&p).unwrap();
+    passes::scalar_optimise(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // Each check once, before the loop, at its own length (which fails): `u`'s where it is
+    // below the count and not above `w`'s, then `w`'s where it is below the count and below
+    // `u`'s (a step of both lengths fails at `u`'s check, the first in the step).
+    let loop_at = text.find("ifold").expect("the sum's loop");
+    assert_eq!(text.matches("vl_index_i").count(), 2, "{text}");
+    let first = text.find("vl_index_i(1i, lu").expect("u's check");
+    let second = text.find("vl_index_i(2i, lw").expect("w's check");
+    assert!(first < second && second < loop_at, "{text}");
+    assert!(text.contains("ilt lu") && text.contains("ilt lw"), "{text}");
+    // The step no longer checks, so the array is not made: the sum reads `u` and `w`.
+    assert!(
+        !text.contains("build") && !text.contains("new array"),
+        "{text}"
+    );
+    assert!(
+        text.contains("load u[j") && text.contains("load w[j"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_build_that_also_checks_another_index_keeps_its_checks_in_the_step() {
+    let mut p = program_with_sites(build_reading_at_its_counter(true), 3);
+    passes::scalar_optimise(p.func_mut(FuncId(0)));
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // `w[i + 1]` may fail at a step before the one where `u` is too short: both checks stay
+    // in the step, in order (the build fused into the sum that reads it, `fuse_consumers`).
+    let loop_at = text.find("ifold").expect("the loop");
+    let first = text.find("vl_index_i(1i, j").expect("u's check");
+    let second = text.find("vl_index_i(2i, j").expect("w's check");
+    assert!(loop_at < first && first < second, "{text}");
+    assert_eq!(text.matches("vl_index_i").count(), 2, "{text}");
+    assert!(!text.contains("ilt lu"), "{text}");
 }

@@ -99,6 +99,10 @@ fn joined_lengths(body: &Block) -> HashMap<Var, i64> {
         .collect()
 }
 
+/// The most checks of a loop's counter that `range_checks` takes out of its step (the tests
+/// before the loop compare each length with every other).
+const MAX_RANGE_CHECKS: usize = 4;
+
 struct Cx {
     vars: Vec<VarInfo>,
     /// Variables that may change between two reads (`mutable`): never propagated nor shared.
@@ -217,6 +221,7 @@ impl Cx {
                 }
             }
             self.learn_check(&s);
+            out.extend(self.range_checks(&mut s));
             out.extend(self.hoist(&mut s));
             if let Stmt::Build {
                 array,
@@ -481,6 +486,152 @@ impl Cx {
             cond: cond.clone(),
             then: pre_then,
             els: pre_els,
+        });
+        out
+    }
+
+    /// A `build` or `ifold` whose step checks its own counter against lengths it does not
+    /// change (at most `MAX_RANGE_CHECKS`), and otherwise only computes: the checks leave the
+    /// step, as tests before the loop that fail as the loop would. Steps before the first
+    /// failing one act on nothing, so the loop fails exactly when a length is below the
+    /// count, at the step of the least such length, by the first check (in the step's order)
+    /// against it. The step is then cheap, and `fuse` can copy it into the reads of the array
+    /// (a point `u + c` read by the guard of `passes::sparse`).
+    fn range_checks(&mut self, s: &mut Stmt) -> Vec<Stmt> {
+        let (index, count, body) = match s {
+            Stmt::Build {
+                index, count, body, ..
+            }
+            | Stmt::Ifold {
+                index, count, body, ..
+            } => (*index, count.clone(), body),
+            _ => return Vec::new(),
+        };
+        if !self.is_fixed(&count) {
+            return Vec::new();
+        }
+        let inside: HashSet<Var> = defined_in(body).into_iter().collect();
+        // The checks, in order: (its statement's position, the site it reports at, the site
+        // the step has set before it if known, the length).
+        let mut checks: Vec<(usize, i64, Option<u32>, Operand)> = Vec::new();
+        let mut site: Option<u32> = None;
+        for (k, t) in body.iter().enumerate() {
+            match t {
+                Stmt::Site(n) => site = Some(*n),
+                Stmt::Let(vs, Op::Rt(Rt::IndexI64, args))
+                    if vs.len() <= 1 && args.get(1) == Some(&Operand::Var(index)) =>
+                {
+                    let (Some(Operand::I64(at)), Some(len)) = (args.first(), args.get(2)) else {
+                        return Vec::new();
+                    };
+                    let at = match (*at, site) {
+                        (at, _) if at >= 0 => at,
+                        (-1, Some(n)) => i64::from(n),
+                        _ => return Vec::new(),
+                    };
+                    if !self.is_fixed(len) || len.var().is_some_and(|v| inside.contains(&v)) {
+                        return Vec::new();
+                    }
+                    if checks.len() == MAX_RANGE_CHECKS {
+                        return Vec::new();
+                    }
+                    checks.push((k, at, site, len.clone()));
+                }
+                _ if super::fuse::pure(std::slice::from_ref(t)) => {
+                    let mut sets = false;
+                    walk(std::slice::from_ref(t), &mut |u| {
+                        sets |= matches!(u, Stmt::Site(_))
+                    });
+                    if sets && !matches!(t, Stmt::Site(_)) {
+                        site = None;
+                    }
+                }
+                _ => return Vec::new(),
+            }
+        }
+        if checks.is_empty() {
+            return Vec::new();
+        }
+        // In the step, each check's result is the counter.
+        for (k, ..) in checks.iter().rev() {
+            match &mut body[*k] {
+                Stmt::Let(vs, op) if !vs.is_empty() => *op = Op::Copy(Operand::Var(index)),
+                _ => {
+                    body.remove(*k);
+                }
+            }
+        }
+        // The loop fails where a length is below the count (one test each, joined); then
+        // check `j` fails first where its length is also below the lengths of the checks
+        // before it and not above those after it: each such test (pure, so constants fold)
+        // guards the check at its own length, which fails.
+        let mut out = Vec::new();
+        let mut shorts = Vec::new();
+        for (.., len) in &checks {
+            let short = fresh_var(&mut self.vars, Ty::Bool, "short");
+            out.push(Stmt::Let(
+                vec![short],
+                Op::Binary(BinOp::ILt, len.clone(), count.clone()),
+            ));
+            shorts.push(short);
+        }
+        let mut any = shorts[0];
+        for &short in &shorts[1..] {
+            let either = fresh_var(&mut self.vars, Ty::Bool, "short");
+            out.push(Stmt::Let(
+                vec![either],
+                Op::Binary(BinOp::Or, Operand::Var(any), Operand::Var(short)),
+            ));
+            any = either;
+        }
+        let lens: Vec<Operand> = checks.iter().map(|c| c.3.clone()).collect();
+        let mut fail = Vec::new();
+        for (j, (_, at, site, len)) in checks.into_iter().enumerate() {
+            let mut first = shorts[j];
+            for (k, other) in lens.iter().enumerate().filter(|(k, _)| *k != j) {
+                // Before `j`: `len < other`; after it: `!(other < len)`.
+                let less = fresh_var(&mut self.vars, Ty::Bool, "less");
+                let test = if k < j {
+                    fail.push(Stmt::Let(
+                        vec![less],
+                        Op::Binary(BinOp::ILt, len.clone(), other.clone()),
+                    ));
+                    less
+                } else {
+                    fail.push(Stmt::Let(
+                        vec![less],
+                        Op::Binary(BinOp::ILt, other.clone(), len.clone()),
+                    ));
+                    let not = fresh_var(&mut self.vars, Ty::Bool, "least");
+                    fail.push(Stmt::Let(
+                        vec![not],
+                        Op::Unary(UnOp::Not, Operand::Var(less)),
+                    ));
+                    not
+                };
+                let both = fresh_var(&mut self.vars, Ty::Bool, "short");
+                fail.push(Stmt::Let(
+                    vec![both],
+                    Op::Binary(BinOp::And, Operand::Var(first), Operand::Var(test)),
+                ));
+                first = both;
+            }
+            let r = fresh_var(&mut self.vars, Ty::I64, "i");
+            let mut check: Vec<Stmt> = site.map(Stmt::Site).into_iter().collect();
+            check.push(Stmt::Let(
+                vec![r],
+                Op::Rt(Rt::IndexI64, vec![Operand::I64(at), len.clone(), len]),
+            ));
+            fail.push(Stmt::If {
+                cond: Operand::Var(first),
+                then: check,
+                els: vec![],
+            });
+        }
+        out.push(Stmt::If {
+            cond: Operand::Var(any),
+            then: fail,
+            els: vec![],
         });
         out
     }
