@@ -5373,3 +5373,101 @@ fn a_build_that_also_checks_another_index_keeps_its_checks_in_the_step() {
     assert_eq!(text.matches("vl_index_i").count(), 2, "{text}");
     assert!(!text.contains("ilt lu"), "{text}");
 }
+
+/// `f(x, g) = ifold (s, a) over x's indices`: each step checks that `a` (from `g`) is as long
+/// as `x` (`plus`'s check of a sweep's accumulator), adds 1 to `a[i]` in place, adds `x[i]`
+/// to `s`, and passes `a` on as itself (with `pass_on_copy`, a new array instead); it returns
+/// `s` and `a`.
+fn fold_passing_its_array_on(pass_on_copy: bool) -> Function {
+    let arr = Ty::Array(layout(&[Ty::F64]));
+    let mut b = Builder::new();
+    let x = b.named_var(arr.clone(), "x".into());
+    let g = b.named_var(arr.clone(), "g".into());
+    let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let (s, a, i) = (
+        b.var(Ty::F64, "s"),
+        b.var(arr.clone(), "a"),
+        b.var(Ty::I64, "i"),
+    );
+    b.open();
+    let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(a)));
+    let differ = b.let1(
+        Ty::Bool,
+        "differ",
+        Op::Binary(BinOp::INe, Operand::Var(n), Operand::Var(m)),
+    );
+    b.open();
+    b.effect(Op::Rt(
+        Rt::LengthFail,
+        vec![
+            Operand::Str("plus".into()),
+            Operand::Var(m),
+            Operand::Var(n),
+        ],
+    ));
+    let fail = b.close();
+    b.push(Stmt::If {
+        cond: Operand::Var(differ),
+        then: fail,
+        els: vec![],
+    });
+    add_one_in_place(&mut b, a, i);
+    let xi = load(&mut b, Ty::F64, "xi", x, Operand::Var(i));
+    let s1 = b.let1(
+        Ty::F64,
+        "s",
+        Op::Binary(BinOp::FAdd, Operand::Var(s), Operand::Var(xi)),
+    );
+    let passed = if pass_on_copy {
+        b.let1(
+            arr.clone(),
+            "c",
+            Op::NewArray {
+                layout: layout(&[Ty::F64]),
+                count: Operand::Var(m),
+            },
+        )
+    } else {
+        a
+    };
+    let body = b.close();
+    b.push(Stmt::Ifold {
+        accs: vec![s, a],
+        init: vec![Operand::F64(0.0), Operand::Var(g)],
+        count: Operand::Var(n),
+        index: i,
+        body,
+        next: vec![Operand::Var(s1), Operand::Var(passed)],
+    });
+    b.push(Stmt::Return(vec![Operand::Var(s), Operand::Var(a)]));
+    b.finish(spec(0), vec![x, g], layout(&[Ty::F64, arr]))
+}
+
+#[test]
+fn an_accumulator_passed_on_as_itself_is_its_initial_value_and_its_check_leaves_the_loop() {
+    let mut p = program(vec![fold_passing_its_array_on(false)]);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The fold carries `s` alone; the array is `g` throughout: its length and the check of
+    // it run once, before the loop (where the loop runs), and the step adds into `g`.
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(text.contains("= ifold from (0.0) count n"), "{text}");
+    assert!(at("length g") < at("= ifold"), "{text}");
+    assert!(at("vl_length_fail") < at("= ifold"), "{text}");
+    assert!(text.contains("store g[i"), "{text}");
+    assert!(text.contains("return s") && text.contains(", g"), "{text}");
+}
+
+#[test]
+fn an_accumulator_given_a_new_array_stays_carried() {
+    let mut p = program(vec![fold_passing_its_array_on(true)]);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(text.contains("= ifold from (0.0, g)"), "{text}");
+    assert!(at("= ifold") < at("vl_length_fail"), "{text}");
+}

@@ -31,6 +31,10 @@ pub fn run(p: &mut Program) {
         if changed {
             super::simplify::function(f);
             if owned_accumulators(f, &alloc) {
+                // The first round makes the accumulator that each step now passes on its
+                // own (a variable assigned once); the second sees the step pass it on as
+                // itself (`simplify`'s invariant accumulators).
+                super::simplify::function(f);
                 super::simplify::function(f);
             }
         }

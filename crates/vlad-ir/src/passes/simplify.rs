@@ -30,6 +30,7 @@ pub fn function(f: &mut Function) {
     let mut cx = Cx {
         vars: std::mem::take(&mut f.vars),
         assigned: mutable(&f.body),
+        nullable: nullable(&f.body),
         subst: HashMap::new(),
         defs: HashMap::new(),
         below: HashMap::new(),
@@ -53,6 +54,41 @@ pub fn function(f: &mut Function) {
     sink(&mut body, &uses);
     f.body = body;
     f.vars = cx.vars;
+}
+
+/// The variables that may hold `null` (the placeholder of a join's branch that does not make
+/// the array, or of a sweep's accumulator where no step runs): assigned or defined as it or
+/// as a copy of such a variable, or the accumulators of a fold that starts or goes on with
+/// one.
+fn nullable(body: &Block) -> HashSet<Var> {
+    let mut out: HashSet<Var> = HashSet::new();
+    loop {
+        let before = out.len();
+        let null = |x: &Operand, out: &HashSet<Var>| match x {
+            Operand::Null => true,
+            Operand::Var(v) => out.contains(v),
+            _ => false,
+        };
+        walk(body, &mut |s| match s {
+            Stmt::Set(v, x) if null(x, &out) => {
+                out.insert(*v);
+            }
+            Stmt::Let(vs, Op::Copy(x)) if null(x, &out) => out.extend(vs.iter().copied()),
+            Stmt::Ifold {
+                accs, init, next, ..
+            } => {
+                for (k, a) in accs.iter().enumerate() {
+                    if null(&init[k], &out) || null(&next[k], &out) {
+                        out.insert(*a);
+                    }
+                }
+            }
+            _ => {}
+        });
+        if out.len() == before {
+            return out;
+        }
+    }
 }
 
 /// Whether a statement is a check written as an `if` whose branch fails: it only computes, and
@@ -107,6 +143,9 @@ struct Cx {
     vars: Vec<VarInfo>,
     /// Variables that may change between two reads (`mutable`): never propagated nor shared.
     assigned: HashSet<Var>,
+    /// Array variables that may hold the null placeholder (`nullable`): their length is taken
+    /// only where the code that reads them runs.
+    nullable: HashSet<Var>,
     /// Copies: a variable's uses read this operand instead.
     subst: HashMap<Var, Operand>,
     /// The operations that defined single `Let` variables (after rewriting).
@@ -220,6 +259,7 @@ impl Cx {
                     self.rename(x);
                 }
             }
+            out.extend(invariant_accumulators(&mut s));
             self.learn_check(&s);
             out.extend(self.range_checks(&mut s));
             out.extend(self.hoist(&mut s));
@@ -667,12 +707,18 @@ impl Cx {
         // is in range whenever the loop runs (no check inside the loop guards it).
         let mut prefix = self.is_fixed(&count);
         // The site the body has set before the statement, where it is known (a check that
-        // leaves the loop reports its error at the site it would have in the loop).
+        // leaves the loop reports its error at the site it would have in the loop), and
+        // whether the body has set one at all: a check before the first reports at the site
+        // set before the loop, in the first step as before the loop.
         let mut site: Option<u32> = None;
+        let mut site_set = false;
         let mut kept = Vec::with_capacity(body.len());
         for mut t in std::mem::take(body) {
             match &t {
-                Stmt::Site(n) => site = Some(*n),
+                Stmt::Site(n) => {
+                    site = Some(*n);
+                    site_set = true;
+                }
                 _ if !children(&t).is_empty() => {
                     let mut sets = false;
                     walk(std::slice::from_ref(&t), &mut |u| {
@@ -680,10 +726,12 @@ impl Cx {
                     });
                     if sets {
                         site = None;
+                        site_set = true;
                     }
                 }
                 _ => {}
             }
+            let site_known = site.is_some() || !site_set;
             let reads_ok = |x: &Operand, own: &HashSet<Var>| match x {
                 Operand::Var(v) => {
                     own.contains(v)
@@ -717,6 +765,10 @@ impl Cx {
                     // A loop that only computes (the guard of `passes::sparse`, a fold of
                     // what this loop does not change).
                     Stmt::Ifold { .. } => super::fuse::pure(std::slice::from_ref(&t)),
+                    // The length of an array that may be null, only where the loop runs.
+                    Stmt::Let(vs, Op::Length(Operand::Var(a))) if self.nullable.contains(a) => {
+                        vs.len() == 1 && prefix
+                    }
                     Stmt::Let(vs, Op::Length(_) | Op::Unary(..) | Op::Binary(..) | Op::Copy(_)) => {
                         vs.len() == 1
                     }
@@ -739,11 +791,11 @@ impl Cx {
                                     ..Default::default()
                                 })
                             && match args.first() {
-                                Some(Operand::I64(k)) => *k >= 0 || (*k == -1 && site.is_some()),
+                                Some(Operand::I64(k)) => *k >= 0 || (*k == -1 && site_known),
                                 _ => false,
                             }
                     }
-                    Stmt::If { .. } => prefix && site.is_some() && failing_check(&t),
+                    Stmt::If { .. } => prefix && site_known && failing_check(&t),
                     _ => false,
                 };
             let check = matches!(t, Stmt::Let(_, Op::Rt(..)) | Stmt::If { .. });
@@ -765,7 +817,11 @@ impl Cx {
                     _ => {}
                 }
             }
-            let load = matches!(t, Stmt::Let(_, Op::Load { .. }));
+            let load = match &t {
+                Stmt::Let(_, Op::Load { .. }) => true,
+                Stmt::Let(_, Op::Length(Operand::Var(a))) => self.nullable.contains(a),
+                _ => false,
+            };
             if movable && !load && !check && !reads_guarded {
                 for v in stmt_defs(&t) {
                     inside.remove(&v);
@@ -1534,6 +1590,51 @@ fn trivial_fold(s: &Stmt, vars: &mut Vec<VarInfo>) -> Option<Vec<Stmt>> {
         }
         _ => None,
     }
+}
+
+/// An `ifold` accumulator that every step passes on as itself is its initial value throughout
+/// (paper 002's `ifold (fun a i -> a) z n ~> z`, Fig. 7e, for one accumulator of several,
+/// whatever the step does): it is defined before the loop as that value, and the loop no
+/// longer carries it. A reverse sweep's sensitivity array, added into in place once `peel`
+/// ran its first step, is such an accumulator: its length, and the check of it, then leave
+/// the loop. The definitions, to go before the loop (none if there is no such accumulator, or
+/// if every accumulator is one: `trivial_fold` decides that fold).
+fn invariant_accumulators(s: &mut Stmt) -> Vec<Stmt> {
+    let Stmt::Ifold {
+        accs, init, next, ..
+    } = s
+    else {
+        return Vec::new();
+    };
+    let unchanged: Vec<bool> = next
+        .iter()
+        .zip(accs.iter())
+        .map(|(x, a)| *x == Operand::Var(*a))
+        .collect();
+    if unchanged.iter().all(|u| *u) || !unchanged.iter().any(|u| *u) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut k = 0;
+    accs.retain(|a| {
+        let keep = !unchanged[k];
+        if !keep {
+            out.push(Stmt::Let(vec![*a], Op::Copy(init[k].clone())));
+        }
+        k += 1;
+        keep
+    });
+    let mut k = 0;
+    init.retain(|_| {
+        k += 1;
+        !unchanged[k - 1]
+    });
+    let mut k = 0;
+    next.retain(|_| {
+        k += 1;
+        !unchanged[k - 1]
+    });
+    out
 }
 
 /// Paper 002's `if e0 then e1 else e1 ~> e1` (Fig. 7f): an `if` whose branches are the same
