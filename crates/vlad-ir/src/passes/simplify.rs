@@ -530,7 +530,7 @@ impl Cx {
         out
     }
 
-    /// A `build` or `ifold` whose step checks its own counter against lengths it does not
+    /// A `build` whose step checks its own counter against lengths it does not
     /// change (at most `MAX_RANGE_CHECKS`), and otherwise only computes: the checks leave the
     /// step, as tests before the loop that fail as the loop would. Steps before the first
     /// failing one act on nothing, so the loop fails exactly when a length is below the
@@ -538,11 +538,10 @@ impl Cx {
     /// against it. The step is then cheap, and `fuse` can copy it into the reads of the array
     /// (a point `u + c` read by the guard of `passes::sparse`).
     fn range_checks(&mut self, s: &mut Stmt) -> Vec<Stmt> {
+        // Not an `ifold`: its step is not copied into reads, and `version` runs a fold that
+        // checks in two versions, the faster where the loop is short (k-means' distances).
         let (index, count, body) = match s {
             Stmt::Build {
-                index, count, body, ..
-            }
-            | Stmt::Ifold {
                 index, count, body, ..
             } => (*index, count.clone(), body),
             _ => return Vec::new(),
