@@ -5377,17 +5377,54 @@ fn a_build_that_also_checks_another_index_keeps_its_checks_in_the_step() {
 /// to `s`, and passes `a` on as itself (with `pass_on_copy`, a new array instead); it returns
 /// `s` and `a`.
 fn fold_passing_its_array_on(pass_on_copy: bool) -> Function {
+    fold_passing_its_array_on_from(pass_on_copy, false)
+}
+
+/// `fold_passing_its_array_on`; with `null_start`, the fold starts from `h`, which is `g` if
+/// the fold runs and null if not (as `peel` leaves a sweep's accumulator), and each step
+/// first checks its counter against `g`'s length.
+fn fold_passing_its_array_on_from(pass_on_copy: bool, null_start: bool) -> Function {
     let arr = Ty::Array(layout(&[Ty::F64]));
     let mut b = Builder::new();
     let x = b.named_var(arr.clone(), "x".into());
     let g = b.named_var(arr.clone(), "g".into());
     let n = b.let1(Ty::I64, "n", Op::Length(Operand::Var(x)));
+    let start = if null_start {
+        let h = b.var(arr.clone(), "h");
+        b.push(Stmt::Declare(vec![h]));
+        let runs = b.let1(
+            Ty::Bool,
+            "runs",
+            Op::Binary(BinOp::ILt, Operand::I64(0), Operand::Var(n)),
+        );
+        b.push(Stmt::If {
+            cond: Operand::Var(runs),
+            then: vec![Stmt::Set(h, Operand::Var(g))],
+            els: vec![Stmt::Set(h, Operand::Null)],
+        });
+        h
+    } else {
+        g
+    };
     let (s, a, i) = (
         b.var(Ty::F64, "s"),
         b.var(arr.clone(), "a"),
         b.var(Ty::I64, "i"),
     );
     b.open();
+    if null_start {
+        // A check first (of `g`'s length, which is not null): what follows is not at the top
+        // of the step, where a read runs in every step that runs.
+        let lg = b.let1(Ty::I64, "lg", Op::Length(Operand::Var(g)));
+        b.let1(
+            Ty::I64,
+            "k",
+            Op::Rt(
+                Rt::IndexI64,
+                vec![Operand::I64(0), Operand::Var(i), Operand::Var(lg)],
+            ),
+        );
+    }
     let m = b.let1(Ty::I64, "m", Op::Length(Operand::Var(a)));
     let differ = b.let1(
         Ty::Bool,
@@ -5431,7 +5468,7 @@ fn fold_passing_its_array_on(pass_on_copy: bool) -> Function {
     let body = b.close();
     b.push(Stmt::Ifold {
         accs: vec![s, a],
-        init: vec![Operand::F64(0.0), Operand::Var(g)],
+        init: vec![Operand::F64(0.0), Operand::Var(start)],
         count: Operand::Var(n),
         index: i,
         body,
@@ -5468,4 +5505,22 @@ fn an_accumulator_given_a_new_array_stays_carried() {
     let at = |needle: &str| text.find(needle).expect(needle);
     assert!(text.contains("= ifold from (0.0, g)"), "{text}");
     assert!(at("= ifold") < at("vl_length_fail"), "{text}");
+}
+
+#[test]
+fn the_length_of_an_accumulator_that_may_be_null_is_not_taken_where_no_step_runs() {
+    let mut p = program_with_sites(fold_passing_its_array_on_from(false, true), 1);
+    verify(&p).unwrap();
+    passes::simplify::run(&mut p);
+    passes::simplify::run(&mut p);
+    verify(&p).unwrap();
+    let text = crate::print::function(&p, FuncId(0));
+    // The fold carries `s` alone; the array's length, after the step's first check, is not
+    // taken at the top of the function, where the array is null if the fold does not run.
+    assert!(text.contains("= ifold from (0.0) count n"), "{text}");
+    let length = text
+        .lines()
+        .find(|l| l.contains("= length h"))
+        .expect(&text);
+    assert!(length.starts_with("    "), "{text}");
 }
