@@ -135,6 +135,39 @@ fn joined_lengths(body: &Block) -> HashMap<Var, i64> {
         .collect()
 }
 
+/// The call site a loop's step has recorded before a statement, read statement by statement
+/// (`see` each before deciding on it): known after a `site` at the step's top level, unknown
+/// after a statement with one inside; and whether the step has recorded one at all (before
+/// the first, a check reports at the site recorded before the loop).
+#[derive(Default)]
+struct SitesSeen {
+    site: Option<u32>,
+    any: bool,
+}
+
+impl SitesSeen {
+    fn see(&mut self, t: &Stmt) {
+        if let Stmt::Site(n) = t {
+            self.site = Some(*n);
+            self.any = true;
+            return;
+        }
+        let mut sets = false;
+        walk(std::slice::from_ref(t), &mut |u| {
+            sets |= matches!(u, Stmt::Site(_))
+        });
+        if sets {
+            self.site = None;
+            self.any = true;
+        }
+    }
+
+    /// Whether the site a check here would report at is known (or is the loop's own).
+    fn known(&self) -> bool {
+        self.site.is_some() || !self.any
+    }
+}
+
 /// The most checks of a loop's counter that `range_checks` takes out of its step (the tests
 /// before the loop compare each length with every other).
 const MAX_RANGE_CHECKS: usize = 4;
@@ -549,46 +582,43 @@ impl Cx {
         if !self.is_fixed(&count) {
             return Vec::new();
         }
-        let inside: HashSet<Var> = defined_in(body).into_iter().collect();
         // The checks, in order: (its statement's position, the site it reports at, the site
         // the step has set before it if known, the length).
         let mut checks: Vec<(usize, i64, Option<u32>, Operand)> = Vec::new();
-        let mut site: Option<u32> = None;
+        let mut seen = SitesSeen::default();
         for (k, t) in body.iter().enumerate() {
+            seen.see(t);
             match t {
-                Stmt::Site(n) => site = Some(*n),
                 Stmt::Let(vs, Op::Rt(Rt::IndexI64, args))
                     if vs.len() <= 1 && args.get(1) == Some(&Operand::Var(index)) =>
                 {
                     let (Some(Operand::I64(at)), Some(len)) = (args.first(), args.get(2)) else {
                         return Vec::new();
                     };
-                    let at = match (*at, site) {
+                    let at = match (*at, seen.site) {
                         (at, _) if at >= 0 => at,
                         (-1, Some(n)) => i64::from(n),
                         _ => return Vec::new(),
                     };
-                    if !self.is_fixed(len) || len.var().is_some_and(|v| inside.contains(&v)) {
+                    if !self.is_fixed(len) || checks.len() == MAX_RANGE_CHECKS {
                         return Vec::new();
                     }
-                    if checks.len() == MAX_RANGE_CHECKS {
-                        return Vec::new();
-                    }
-                    checks.push((k, at, site, len.clone()));
+                    checks.push((k, at, seen.site, len.clone()));
                 }
-                _ if super::fuse::pure(std::slice::from_ref(t)) => {
-                    let mut sets = false;
-                    walk(std::slice::from_ref(t), &mut |u| {
-                        sets |= matches!(u, Stmt::Site(_))
-                    });
-                    if sets && !matches!(t, Stmt::Site(_)) {
-                        site = None;
-                    }
-                }
+                _ if super::fuse::pure(std::slice::from_ref(t)) => {}
                 _ => return Vec::new(),
             }
         }
         if checks.is_empty() {
+            return Vec::new();
+        }
+        // The lengths are defined before the loop (found only once there are checks: this
+        // runs on every `build` in every round).
+        let inside: HashSet<Var> = defined_in(body).into_iter().collect();
+        if checks
+            .iter()
+            .any(|c| c.3.var().is_some_and(|v| inside.contains(&v)))
+        {
             return Vec::new();
         }
         // In the step, each check's result is the counter.
@@ -705,32 +735,13 @@ impl Cx {
         // Until the first statement that may fail or act, the body only computes: a read there
         // is in range whenever the loop runs (no check inside the loop guards it).
         let mut prefix = self.is_fixed(&count);
-        // The site the body has set before the statement, where it is known (a check that
-        // leaves the loop reports its error at the site it would have in the loop), and
-        // whether the body has set one at all: a check before the first reports at the site
-        // set before the loop, in the first step as before the loop.
-        let mut site: Option<u32> = None;
-        let mut site_set = false;
+        // The site the body has set before the statement (a check that leaves the loop
+        // reports its error at the site it would have in the loop).
+        let mut seen = SitesSeen::default();
         let mut kept = Vec::with_capacity(body.len());
         for mut t in std::mem::take(body) {
-            match &t {
-                Stmt::Site(n) => {
-                    site = Some(*n);
-                    site_set = true;
-                }
-                _ if !children(&t).is_empty() => {
-                    let mut sets = false;
-                    walk(std::slice::from_ref(&t), &mut |u| {
-                        sets |= matches!(u, Stmt::Site(_))
-                    });
-                    if sets {
-                        site = None;
-                        site_set = true;
-                    }
-                }
-                _ => {}
-            }
-            let site_known = site.is_some() || !site_set;
+            seen.see(&t);
+            let (site, site_known) = (seen.site, seen.known());
             let reads_ok = |x: &Operand, own: &HashSet<Var>| match x {
                 Operand::Var(v) => {
                     own.contains(v)
@@ -1613,26 +1624,14 @@ fn invariant_accumulators(s: &mut Stmt) -> Vec<Stmt> {
     if unchanged.iter().all(|u| *u) || !unchanged.iter().any(|u| *u) {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    let mut k = 0;
-    accs.retain(|a| {
-        let keep = !unchanged[k];
-        if !keep {
-            out.push(Stmt::Let(vec![*a], Op::Copy(init[k].clone())));
-        }
-        k += 1;
-        keep
-    });
-    let mut k = 0;
-    init.retain(|_| {
-        k += 1;
-        !unchanged[k - 1]
-    });
-    let mut k = 0;
-    next.retain(|_| {
-        k += 1;
-        !unchanged[k - 1]
-    });
+    let out = (0..accs.len())
+        .filter(|&k| unchanged[k])
+        .map(|k| Stmt::Let(vec![accs[k]], Op::Copy(init[k].clone())))
+        .collect();
+    let keep: Vec<bool> = unchanged.iter().map(|u| !u).collect();
+    retain_marked(accs, &keep);
+    retain_marked(init, &keep);
+    retain_marked(next, &keep);
     out
 }
 
