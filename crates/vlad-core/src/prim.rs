@@ -95,6 +95,11 @@ prims! {
     // Whether a sensitivity is a lazy zero (`%zero-sensitivity`, the evaluator's
     // `Value::Zero`): the sweeps of the reverse `build` and `ifold` skip their loop on one.
     IsLazyZero => "%lazy-zero?",
+    // `zero?` of a tangent, whose forward version asks it of the primal and of the tangent:
+    // whether a tangent is exactly zero at every level of nesting. The forward derivative
+    // rules skip the term of a zero tangent (docs/decisions.md, "A zero tangent contributes
+    // nothing").
+    ZeroTangent => "%zero-tangent?",
 }
 
 impl Prim {
@@ -138,6 +143,7 @@ impl Prim {
                 | Prim::Dense
                 | Prim::Accumulate
                 | Prim::IsLazyZero
+                | Prim::ZeroTangent
         )
     }
 

@@ -114,6 +114,7 @@ impl Evaluator {
                 let (x, y) = two_reals(p, &arg).map_err(e)?;
                 Value::Bool(compare(p, x, y))
             }
+            Prim::ZeroTangent => Value::Bool(matches!(arg, Value::Real(x) if x == 0.0)),
             Prim::IsZero => Value::Bool(one_real(p, &arg).map_err(e)? == 0.0),
             Prim::IsPositive => Value::Bool(one_real(p, &arg).map_err(e)? > 0.0),
             Prim::IsNegative => Value::Bool(one_real(p, &arg).map_err(e)? < 0.0),

@@ -507,7 +507,7 @@ impl<'a> Analysis<'a> {
         let bucket_key = if code_widening {
             None
         } else {
-            Some((code, key.env.clone(), key.arg.shape()))
+            Some((code, key.env.clone(), key.arg.variant_shape()))
         };
         let bucket = match &bucket_key {
             Some(b) => self.per_shape.get(b),
@@ -1062,6 +1062,13 @@ impl<'a> Analysis<'a> {
                 None => Av::Bottom,
                 Some(Some(x)) => Av::known_real(p.arith(x, 0.0)),
                 Some(None) => Av::real(),
+            },
+            // Not a real: false (the rule then computes, and its arithmetic fails).
+            Prim::ZeroTangent => match real(a) {
+                None if *a == Av::Bottom => Av::Bottom,
+                None => Av::Bool(Some(false)),
+                Some(None) => Av::Bool(None),
+                Some(Some(x)) => Av::Bool(Some(x == 0.0)),
             },
             Prim::IsZero | Prim::IsPositive | Prim::IsNegative => match real(a) {
                 None => Av::Bottom,

@@ -373,20 +373,35 @@ impl Av {
     /// The value with every constant forgotten (its shape): loop counters that differ only in
     /// their values have the same shape.
     pub fn shape(&self) -> Av {
+        self.shape_keeping(false)
+    }
+
+    /// The shape, but with known zeros kept: what the analysis counts a closure's arguments by
+    /// before it widens them (`MAX_VARIANTS`). A known zero is what a tangent nothing perturbs
+    /// holds, and the forward derivative rules skip it; counted with other reals, every
+    /// inactive tangent of a rule called from more than `MAX_VARIANTS` places would widen to
+    /// "some real", and nested forward mode would compute every one of them.
+    pub fn variant_shape(&self) -> Av {
+        self.shape_keeping(true)
+    }
+
+    fn shape_keeping(&self, zeros: bool) -> Av {
+        let s = |v: &Av| v.shape_keeping(zeros);
         match self {
+            Av::Real(Some(x)) if zeros && x.get() == 0.0 => Av::known_real(0.0),
             Av::Real(_) => Av::real(),
             Av::Bool(_) => Av::Bool(None),
-            Av::Pair(t, a, b) => Av::tagged_pair(*t, a.shape(), b.shape()),
-            Av::Bundle(a, b) => Av::bundle(a.shape(), b.shape()),
-            Av::Closure(c, env) => Av::Closure(*c, env.iter().map(Av::shape).collect()),
+            Av::Pair(t, a, b) => Av::tagged_pair(*t, s(a), s(b)),
+            Av::Bundle(a, b) => Av::bundle(s(a), s(b)),
+            Av::Closure(c, env) => Av::Closure(*c, env.iter().map(s).collect()),
             // The length is a constant too: arrays built at each step of a loop at another
             // length (a growing prefix) widen like the loop's counter.
-            Av::Array(t, _, e) => Av::array(*t, None, e.shape()),
-            Av::Tagged(t, e) => Av::tagged(*t, e.shape()),
-            Av::Zero(e) => Av::Zero(Rc::new(e.shape())),
-            Av::OrZero(z, v) => Av::OrZero(Rc::new(z.shape()), Rc::new(v.shape())),
-            Av::OneHot(a, e) => Av::OneHot(Rc::new(a.shape()), Rc::new(e.shape())),
-            Av::Sum(o, d) => Av::Sum(Rc::new(o.shape()), Rc::new(d.shape())),
+            Av::Array(t, _, e) => Av::array(*t, None, s(e)),
+            Av::Tagged(t, e) => Av::tagged(*t, s(e)),
+            Av::Zero(e) => Av::Zero(Rc::new(s(e))),
+            Av::OrZero(z, v) => Av::OrZero(Rc::new(s(z)), Rc::new(s(v))),
+            Av::OneHot(a, e) => Av::OneHot(Rc::new(s(a)), Rc::new(s(e))),
+            Av::Sum(o, d) => Av::Sum(Rc::new(s(o)), Rc::new(s(d))),
             _ => self.clone(),
         }
     }

@@ -794,11 +794,16 @@ pub fn copy_prefix(name: &str) -> String {
 }
 
 /// The number of statements of a block that become code, nested ones included: call-site
-/// records do not count (most disappear, `passes::sites`). What inlining and unrolling weigh.
+/// records do not count (most disappear, `passes::sites`), nor declarations and assignments
+/// of variables (registers once C is compiled: the joins of an `if` the C compiler makes a
+/// select). What inlining and unrolling weigh.
 pub fn code_size(block: &[Stmt]) -> usize {
     let mut n = 0;
     walk(block, &mut |s| {
-        n += usize::from(!matches!(s, Stmt::Site(_)))
+        n += usize::from(!matches!(
+            s,
+            Stmt::Site(_) | Stmt::Declare(_) | Stmt::Set(..)
+        ))
     });
     n
 }

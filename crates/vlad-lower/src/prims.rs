@@ -163,6 +163,37 @@ impl Lowerer<'_, '_> {
                 };
                 real(self.let1(Ty::F64, Op::Unary(f, x)))
             }
+            Prim::ZeroTangent => {
+                // Not a real: false (the rule then computes its tangent, and the arithmetic
+                // reports what is wrong).
+                let a = self.force(a)?;
+                match &a.av {
+                    Av::Real(Some(x)) => Val::known(Av::Bool(Some(x.get() == 0.0))),
+                    Av::Real(None) => {
+                        let x = a.leaves[0].clone();
+                        boolean(self.let1(Ty::Bool, Op::Binary(BinOp::FEq, x, Operand::F64(0.0))))
+                    }
+                    Av::Dyn(_) => {
+                        let b = a.leaves[0].clone();
+                        let r = self.temps(&[Ty::Bool])[0];
+                        self.b.push(Stmt::Set(r, Operand::Bool(false)));
+                        let k = self.let1(Ty::Bool, Op::IsKind(b.clone(), ObjKind::Real));
+                        let ((), then) = self.block(|s| {
+                            let x = s.real_operand(&a, p, site).expect("a boxed value");
+                            let z = s.let1(Ty::Bool, Op::Binary(BinOp::FEq, x, Operand::F64(0.0)));
+                            s.b.push(Stmt::Set(r, z));
+                            Ok(())
+                        })?;
+                        self.b.push(Stmt::If {
+                            cond: k,
+                            then,
+                            els: Vec::new(),
+                        });
+                        boolean(Operand::Var(r))
+                    }
+                    _ => Val::known(Av::Bool(Some(false))),
+                }
+            }
             Prim::IsZero | Prim::IsPositive | Prim::IsNegative => {
                 let a = self.force(a)?;
                 let Some(x) = self.real_operand(&a, p, site) else {

@@ -95,6 +95,16 @@ pub const DERIVATIVES: &[Derivative] = &[
     unary(Prim::Real, "(real p)", false, &["$"]),
 ];
 
+/// `text` with the name `name` replaced by the expression `by` (token by token).
+fn substitute(text: &str, name: &str, by: &str) -> String {
+    let spaced = text.replace('(', " ( ").replace(')', " ) ");
+    let tokens: Vec<&str> = spaced
+        .split_whitespace()
+        .map(|t| if t == name { by } else { t })
+        .collect();
+    tokens.join(" ").replace("( ", "(").replace(" )", ")")
+}
+
 /// A partial applied to the seed `seed`.
 fn apply(partial: &str, seed: &str) -> String {
     partial.replace('$', seed)
@@ -127,6 +137,75 @@ impl Derivative {
         }
     }
 
+    /// Whether the forward version skips zero tangents: a zero tangent contributes nothing to
+    /// the result's, where IEEE arithmetic would make its product with an infinite or NaN
+    /// partial a NaN (docs/decisions.md, "A zero tangent contributes nothing"). Sums and
+    /// differences of tangents (`+`, `-`, `real`) need no test: zeros give zero there.
+    fn skips_zero_tangents(&self) -> bool {
+        !matches!(self.prim, Prim::Add | Prim::Sub | Prim::Real)
+    }
+
+    /// A binary rule's tangent when only `d1` is not zero, and when only `d2` is not: that
+    /// argument's partial applied to its tangent (the shared bindings written out).
+    fn one_sided(&self) -> [String; 2] {
+        let [p1, p2] = self.partials else {
+            unreachable!("a binary rule")
+        };
+        [apply(p1, "d1"), apply(p2, "d2")].map(|mut t| {
+            for (name, e) in self.shared {
+                t = substitute(&t, name, e);
+            }
+            t
+        })
+    }
+
+    /// The forward version's tangent: `tangent`, with the zero tangents' terms skipped where
+    /// the rule multiplies or divides (the zero itself where every tangent is zero).
+    fn forward_tangent(&self) -> String {
+        let full = self.tangent();
+        if !self.skips_zero_tangents() {
+            return full;
+        }
+        let mut forms = if self.is_binary() {
+            let [t1, t2] = self.one_sided();
+            vec![t1, t2, full]
+        } else {
+            vec![full]
+        };
+        // What the tangent computes from the primal alone is bound before the tests, so that it
+        // is computed whatever they say, as it was before them: loop-invariant code motion
+        // takes it out of a loop over directions (`cos` of a point in each pass of `jacob`),
+        // and dead code goes where every tangent is known zero.
+        let mut shared: Vec<String> = Vec::new();
+        for f in &forms {
+            parse(f).primal_only(&mut shared);
+        }
+        shared.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        let names: Vec<String> = (0..shared.len()).map(|i| format!("k{i}")).collect();
+        for f in forms.iter_mut() {
+            for (t, name) in shared.iter().zip(&names) {
+                *f = f.replace(t.as_str(), name);
+            }
+        }
+        let tests = match forms.as_slice() {
+            [t1, t2, full] => format!(
+                "(if (%zero-tangent? d1) (if (%zero-tangent? d2) d1 {t2}) \
+                 (if (%zero-tangent? d2) {t1} {full}))"
+            ),
+            [full] => format!("(if (%zero-tangent? d) d {full})"),
+            _ => unreachable!("one or three forms"),
+        };
+        if shared.is_empty() {
+            return tests;
+        }
+        let bindings: Vec<String> = names
+            .iter()
+            .zip(&shared)
+            .map(|(n, t)| format!("({n} {t})"))
+            .collect();
+        format!("(let ({}) {tests})", bindings.join(" "))
+    }
+
     /// `(define PRIM (lambda (x) ...))`: the forward version, which takes a forward value.
     pub fn forward_definition(&self) -> String {
         let unpack = if self.is_binary() {
@@ -134,7 +213,7 @@ impl Derivative {
         } else {
             "(p (primal x)) (d (unperturb (tangent x)))"
         };
-        let tangent = self.tangent();
+        let tangent = self.forward_tangent();
         let body = self.with_result(|y| format!("(bundle {y} (perturb {tangent}))"));
         format!(
             "(define {} (lambda (x) (let ({unpack}) {body})))\n",
@@ -211,7 +290,47 @@ fn leak(s: &str) -> &'static str {
     Box::leak(s.to_string().into_boxed_str())
 }
 
+impl std::fmt::Display for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Term::Num(x) => write!(f, "{x}"),
+            Term::Var(v) => write!(f, "{v}"),
+            Term::App(p, args) => {
+                write!(f, "({}", p.name())?;
+                for a in args {
+                    write!(f, " {a}")?;
+                }
+                write!(f, ")")
+            }
+        }
+    }
+}
+
 impl Term {
+    fn reads_a_tangent(&self) -> bool {
+        match self {
+            Term::Num(_) => false,
+            Term::Var(v) => v.starts_with('d'),
+            Term::App(_, args) => args.iter().any(Term::reads_a_tangent),
+        }
+    }
+
+    /// The largest applications in `self` that read no tangent, written out, added to `out`
+    /// (once each).
+    fn primal_only(&self, out: &mut Vec<String>) {
+        let Term::App(_, args) = self else { return };
+        if !self.reads_a_tangent() {
+            let text = self.to_string();
+            if !out.contains(&text) {
+                out.push(text);
+            }
+        } else {
+            for a in args {
+                a.primal_only(out);
+            }
+        }
+    }
+
     fn eval(&self, env: &[(&str, f64)]) -> f64 {
         match self {
             Term::Num(x) => *x,
@@ -234,10 +353,13 @@ impl Term {
     }
 }
 
-/// A rule's forward computation, parsed: the result and its tangent.
+/// A rule's forward computation, parsed: the result and its tangent (and, where the rule skips
+/// zero tangents, its tangents from `d1` alone and from `d2` alone).
 struct Forward {
     result: Term,
     tangent: Term,
+    skips_zero_tangents: bool,
+    one_sided: Option<[Term; 2]>,
 }
 
 fn forward_terms() -> &'static [(Prim, bool, Forward)] {
@@ -249,6 +371,8 @@ fn forward_terms() -> &'static [(Prim, bool, Forward)] {
                 let f = Forward {
                     result: parse(d.result),
                     tangent: parse(&d.tangent()),
+                    skips_zero_tangents: d.skips_zero_tangents(),
+                    one_sided: d.is_binary().then(|| d.one_sided().map(|t| parse(&t))),
                 };
                 (d.prim, d.uses_result, f)
             })
@@ -273,7 +397,18 @@ pub fn forward_dual(p: Prim, args: &[(f64, f64)]) -> Option<(f64, f64)> {
     if *uses_result {
         env.push(("y", y));
     }
-    Some((y, f.tangent.eval(&env)))
+    // The tests of the forward version, in its order.
+    let tangent = match (f.skips_zero_tangents, args, &f.one_sided) {
+        (true, [(_, d)], _) if *d == 0.0 => return Some((y, *d)),
+        (true, [(_, d1), (_, d2)], Some([t1, t2])) => match (*d1 == 0.0, *d2 == 0.0) {
+            (true, true) => return Some((y, *d1)),
+            (true, false) => t2,
+            (false, true) => t1,
+            (false, false) => &f.tangent,
+        },
+        _ => &f.tangent,
+    };
+    Some((y, tangent.eval(&env)))
 }
 
 #[cfg(test)]
@@ -286,7 +421,9 @@ mod tests {
         assert_eq!(
             mul.forward_definition(),
             "(define * (lambda (x) (let (((cons x1 x2) (primal x)) ((cons d1 d2) (unperturb \
-             (tangent x)))) (bundle (* x1 x2) (perturb (+ (* x2 d1) (* x1 d2)))))))\n"
+             (tangent x)))) (bundle (* x1 x2) (perturb (if (%zero-tangent? d1) (if \
+             (%zero-tangent? d2) d1 (* x1 d2)) (if (%zero-tangent? d2) (* x2 d1) (+ (* x2 d1) \
+             (* x1 d2)))))))))\n"
         );
         assert_eq!(
             mul.reverse_definition(),
@@ -295,9 +432,9 @@ mod tests {
              (* x1 s))))))))))\n"
         );
         let sqrt = DERIVATIVES.iter().find(|d| d.prim == Prim::Sqrt).unwrap();
-        assert!(sqrt
-            .forward_definition()
-            .contains("(let ((y (sqrt p))) (bundle y (perturb (/ d (+ y y)))))"));
+        assert!(sqrt.forward_definition().contains(
+            "(let ((y (sqrt p))) (bundle y (perturb (let ((k0 (+ y y))) (if (%zero-tangent? d) d (/ d k0))))))"
+        ));
         assert!(sqrt
             .reverse_definition()
             .contains("(let ((y (sqrt p))) (cons (*j y) (lambda (sy) (let ((s (unsensitize sy))) (sensitize (cons '() (/ s (+ y y))))))))"));
@@ -319,6 +456,70 @@ mod tests {
         assert!(dy == 0.0 && dy.is_sign_negative());
         assert_eq!(forward_dual(Prim::Sqrt, &[(1.0, 1.0), (1.0, 1.0)]), None);
         assert_eq!(forward_dual(Prim::Lt, &[(1.0, 1.0), (1.0, 1.0)]), None);
+    }
+
+    #[test]
+    fn a_zero_tangent_contributes_nothing() {
+        let inf = f64::INFINITY;
+        // IEEE arithmetic would make `inf * 0` of the zero tangent a NaN.
+        assert_eq!(
+            forward_dual(Prim::Mul, &[(inf, 1.0), (2.0, 0.0)]),
+            Some((inf, 2.0))
+        );
+        assert_eq!(
+            forward_dual(Prim::Mul, &[(2.0, 0.0), (inf, 1.0)]),
+            Some((inf, 2.0))
+        );
+        // One tangent: its partial alone (`d1 / x2`, not the two-sided quotient's inf / inf).
+        assert_eq!(
+            forward_dual(Prim::Div, &[(3.0, 1.0), (inf, 0.0)]),
+            Some((0.0, 0.0))
+        );
+        // Every tangent zero: that zero, whatever the partials.
+        let (_, d) = forward_dual(Prim::Log, &[(0.0, -0.0)]).unwrap();
+        assert!(d == 0.0 && d.is_sign_negative());
+        let (_, d) = forward_dual(Prim::Atan, &[(inf, 0.0), (inf, 0.0)]).unwrap();
+        assert_eq!(d.to_bits(), 0f64.to_bits());
+        // Sums need no test: a zero and a NaN tangent still give NaN.
+        assert!(forward_dual(Prim::Add, &[(1.0, 0.0), (1.0, f64::NAN)])
+            .unwrap()
+            .1
+            .is_nan());
+        // Both tangents: the rule's own tangent, in its order.
+        let (_, d) = forward_dual(Prim::Div, &[(3.0, 0.5), (7.0, -2.0)]).unwrap();
+        assert_eq!(
+            d.to_bits(),
+            ((7.0 * 0.5 - 3.0 * -2.0) / (7.0f64 * 7.0)).to_bits()
+        );
+    }
+
+    #[test]
+    fn a_one_sided_tangent_reads_only_its_own_tangent() {
+        for d in DERIVATIVES.iter().filter(|d| d.is_binary()) {
+            let [t1, t2] = d.one_sided();
+            let mentions = |t: &str, v: &str| {
+                t.replace('(', " ( ")
+                    .replace(')', " ) ")
+                    .split_whitespace()
+                    .any(|x| x == v)
+            };
+            assert!(
+                mentions(&t1, "d1") && !mentions(&t1, "d2"),
+                "{}: {t1}",
+                d.prim.name()
+            );
+            assert!(
+                mentions(&t2, "d2") && !mentions(&t2, "d1"),
+                "{}: {t2}",
+                d.prim.name()
+            );
+            // Every name is bound (the shared bindings written out).
+            for t in [&t1, &t2] {
+                let env: Vec<(&str, f64)> =
+                    ["x1", "x2", "d1", "d2"].iter().map(|n| (*n, 1.5)).collect();
+                assert!(parse(t).eval(&env).is_finite(), "{}: {t}", d.prim.name());
+            }
+        }
     }
 
     #[test]

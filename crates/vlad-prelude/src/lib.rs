@@ -38,6 +38,12 @@ const FORWARD_STRUCTURAL: &str = r#"
           (perturb (%onehot-sensitivity (unperturb (tangent a)) j (unperturb (tangent s))))))))
 ;; The call stays a `checkpoint`, so that reverse mode over forward mode still recomputes it.
 (define checkpoint (lambda ((%forward-cons f x)) (checkpoint f x)))
+;; A tangent is zero if both its parts are. Only the forward derivative rules ask, to skip a
+;; zero tangent, and only in an `if`: the answer is a plain boolean in every version and at
+;; every level of nesting, never a forward value (a bundle of booleans would cost a test of its
+;; shape at every step of nested forward mode).
+(define %zero-tangent? (lambda (x)
+  (let ((r (%zero-tangent? (primal x)))) (if r (%zero-tangent? (unperturb (tangent x))) r))))
 ;; A lazy zero only if both parts are: a sweep skipped on it must not drop a tangent.
 (define %lazy-zero? (lambda (x)
   (let ((r (if (%lazy-zero? (primal x)) (%lazy-zero? (unperturb (tangent x))) #f)))
@@ -323,6 +329,10 @@ pub fn reverse_text() -> String {
             p.name()
         ));
     }
+    // A plain boolean, as in the forward prelude.
+    text.push_str(
+        "(define %zero-tangent? (lambda (x) (cons (%zero-tangent? (%shallow-primal x)) (lambda (sy) (%sensitivity-cons (sensitize '()) (%zero-sensitivity x))))))\n",
+    );
     text
 }
 

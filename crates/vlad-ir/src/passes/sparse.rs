@@ -172,11 +172,12 @@ fn one_hot(s: &Stmt, assigned: &HashSet<Var>, vars: &[VarInfo]) -> Option<Plan> 
         finite: Vec::new(),
         nonzero: Vec::new(),
         assumable,
+        assumed: 0,
     };
     cx.block(body);
     // Every next value: the accumulator plus a zero, or the accumulator.
     let defs = definitions(body);
-    let mut assumed = 0u64;
+    let mut assumed = cx.assumed;
     for (acc, n) in accs.iter().zip(next) {
         let Operand::Var(n) = n else {
             return None;
@@ -280,6 +281,8 @@ struct Follow {
     nonzero: Vec<Operand>,
     /// The reals from before the loop that may be assumed zeros, by bit.
     assumable: Vec<Var>,
+    /// Those assumed zeros to know a test (`x = 0`), by bit: the guard tests them too.
+    assumed: u64,
 }
 
 impl Follow {
@@ -351,6 +354,15 @@ impl Follow {
                                 _ => Abs::Other,
                             }
                         }
+                        // A forward rule's test of a zero tangent (it then skips the
+                        // tangent's term): true, given the zeros it assumes.
+                        Op::Binary(BinOp::FEq, x, y) => match (self.value(x), self.value(y)) {
+                            (Abs::Zero(a), Abs::Zero(b)) => {
+                                self.assumed |= a | b;
+                                Abs::Known(true)
+                            }
+                            _ => Abs::Other,
+                        },
                         Op::Unary(UnOp::Not, x) => match self.value(x) {
                             Abs::Known(b) => Abs::Known(!b),
                             _ => Abs::Other,
