@@ -641,6 +641,21 @@ fn sensitivities_deep_in_a_sweeps_state_are_not_boxed() {
     assert!(boxed.is_empty(), "boxed values:\n{}", boxed.join("\n"));
 }
 
+/// Nested forward mode computes only the tangents something perturbs: the five nested
+/// derivatives of paper 000's equilibrium (Fig. 1) multiply 131 times in their IR where every
+/// tangent is computed (a constant's zero tangent made NaN by `inf * 0` in IEEE arithmetic,
+/// so not known zero), and far fewer where the forward rules skip a zero tangent and the
+/// analysis keeps the zeros (docs/decisions.md, "A zero tangent contributes nothing").
+#[test]
+fn nested_forward_mode_multiplies_only_what_is_perturbed() {
+    let root = repo_root();
+    let file = "examples/farfel/equilibrium.vlad";
+    let o = vlad(&["compile", file, "--emit", "ir"], &root, "");
+    assert_eq!(o.code, Some(0), "{}", o.describe());
+    let products = o.stdout.lines().filter(|l| l.contains(" = fmul ")).count();
+    assert!(products < 90, "{products} products in the IR of {file}");
+}
+
 /// The same programs run through the specialised program print what the evaluator prints.
 #[test]
 fn flow_fixtures_run_the_same_through_the_specialised_program() {

@@ -172,10 +172,9 @@ impl Derivative {
         } else {
             vec![full]
         };
-        // What the tangent computes from the primal alone is bound before the tests, so that it
-        // is computed whatever they say, as it was before them: loop-invariant code motion
-        // takes it out of a loop over directions (`cos` of a point in each pass of `jacob`),
-        // and dead code goes where every tangent is known zero.
+        // What the tangent computes from the primal alone is bound once, before the tests:
+        // the forms that use it share it (`x2 x2` of `/`), and it is dead code where every
+        // tangent is known zero.
         let mut shared: Vec<String> = Vec::new();
         for f in &forms {
             parse(f).primal_only(&mut shared);
