@@ -646,7 +646,7 @@ fn sensitivities_deep_in_a_sweeps_state_are_not_boxed() {
 /// products where every tangent is computed (a constant's zero tangent may become NaN by
 /// `inf * 0` in IEEE arithmetic, so it is not known zero), and far fewer where the forward
 /// rules skip a zero tangent and the analysis keeps the zeros (docs/decisions.md, "A zero
-/// tangent contributes nothing"; the counts are in benches/README.md's closing notes).
+/// tangent contributes nothing"; the counts are in benches/README.md).
 #[test]
 fn nested_forward_mode_multiplies_only_what_is_perturbed() {
     let root = repo_root();
