@@ -616,15 +616,19 @@ const FLOW_FIXTURES: &[(&str, &str)] = &[
 /// snapshots (`cargo insta review` after an intended change).
 #[test]
 fn flow_and_ir_snapshots() {
-    let root = repo_root();
     for (name, _) in FLOW_FIXTURES {
         let file = format!("tests/fixtures/flow/{name}.vlad");
         for emit in ["flow", "ir"] {
-            let o = vlad(&["compile", &file, "--emit", emit], &root, "");
-            assert_eq!(o.code, Some(0), "{file} --emit {emit}: {}", o.describe());
-            insta::assert_snapshot!(format!("{name}-{emit}"), o.stdout);
+            insta::assert_snapshot!(format!("{name}-{emit}"), emitted(&file, emit));
         }
     }
+}
+
+/// What `vlad compile FILE --emit EMIT` writes (it must succeed).
+fn emitted(file: &str, emit: &str) -> String {
+    let o = vlad(&["compile", file, "--emit", emit], &repo_root(), "");
+    assert_eq!(o.code, Some(0), "{file} --emit {emit}: {}", o.describe());
+    o.stdout
 }
 
 /// A reverse sweep's state that holds the sensitivities of closures inside closures and, at
@@ -633,11 +637,8 @@ fn flow_and_ir_snapshots() {
 /// at each step of the loop).
 #[test]
 fn sensitivities_deep_in_a_sweeps_state_are_not_boxed() {
-    let root = repo_root();
-    let file = "tests/fixtures/flow/reverse-nested-arrays.vlad";
-    let o = vlad(&["compile", file, "--emit", "flow"], &root, "");
-    assert_eq!(o.code, Some(0), "{}", o.describe());
-    let boxed: Vec<&str> = o.stdout.lines().filter(|l| l.contains("dyn")).collect();
+    let flow = emitted("tests/fixtures/flow/reverse-nested-arrays.vlad", "flow");
+    let boxed: Vec<&str> = flow.lines().filter(|l| l.contains("dyn")).collect();
     assert!(boxed.is_empty(), "boxed values:\n{}", boxed.join("\n"));
 }
 
@@ -649,11 +650,9 @@ fn sensitivities_deep_in_a_sweeps_state_are_not_boxed() {
 /// tangent contributes nothing"; the counts are in benches/README.md).
 #[test]
 fn nested_forward_mode_multiplies_only_what_is_perturbed() {
-    let root = repo_root();
     let file = "examples/farfel/equilibrium.vlad";
-    let o = vlad(&["compile", file, "--emit", "ir"], &root, "");
-    assert_eq!(o.code, Some(0), "{}", o.describe());
-    let products = o.stdout.lines().filter(|l| l.contains(" = fmul ")).count();
+    let ir = emitted(file, "ir");
+    let products = ir.lines().filter(|l| l.contains(" = fmul ")).count();
     assert!(products < 90, "{products} products in the IR of {file}");
 }
 

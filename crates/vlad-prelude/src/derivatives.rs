@@ -95,16 +95,6 @@ pub const DERIVATIVES: &[Derivative] = &[
     unary(Prim::Real, "(real p)", false, &["$"]),
 ];
 
-/// `text` with the name `name` replaced by the expression `by` (token by token).
-fn substitute(text: &str, name: &str, by: &str) -> String {
-    let spaced = text.replace('(', " ( ").replace(')', " ) ");
-    let tokens: Vec<&str> = spaced
-        .split_whitespace()
-        .map(|t| if t == name { by } else { t })
-        .collect();
-    tokens.join(" ").replace("( ", "(").replace(" )", ")")
-}
-
 /// A partial applied to the seed `seed`.
 fn apply(partial: &str, seed: &str) -> String {
     partial.replace('$', seed)
@@ -151,11 +141,12 @@ impl Derivative {
         let [p1, p2] = self.partials else {
             unreachable!("a binary rule")
         };
-        [apply(p1, "d1"), apply(p2, "d2")].map(|mut t| {
+        [apply(p1, "d1"), apply(p2, "d2")].map(|t| {
+            let mut t = parse(&t);
             for (name, e) in self.shared {
-                t = substitute(&t, name, e);
+                t = t.substituted(name, &parse(e));
             }
-            t
+            t.to_string()
         })
     }
 
@@ -250,7 +241,7 @@ impl Derivative {
 /// An expression of a rule, parsed to be evaluated on reals: the evaluator's fast path for
 /// forward arithmetic on plain bundles of reals computes the same operations in the same order
 /// as the forward version's code, from the same rule.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Term {
     Num(f64),
     Var(&'static str),
@@ -306,12 +297,28 @@ impl std::fmt::Display for Term {
 }
 
 impl Term {
-    fn reads_a_tangent(&self) -> bool {
+    /// Whether the name `name` occurs in `self`.
+    fn mentions(&self, name: &str) -> bool {
         match self {
             Term::Num(_) => false,
-            Term::Var(v) => v.starts_with('d'),
-            Term::App(_, args) => args.iter().any(Term::reads_a_tangent),
+            Term::Var(v) => *v == name,
+            Term::App(_, args) => args.iter().any(|a| a.mentions(name)),
         }
+    }
+
+    /// `self` with the name `name` replaced by `by`.
+    fn substituted(&self, name: &str, by: &Term) -> Term {
+        match self {
+            Term::Var(v) if *v == name => by.clone(),
+            Term::App(p, args) => {
+                Term::App(*p, args.iter().map(|a| a.substituted(name, by)).collect())
+            }
+            _ => self.clone(),
+        }
+    }
+
+    fn reads_a_tangent(&self) -> bool {
+        ["d", "d1", "d2"].iter().any(|d| self.mentions(d))
     }
 
     /// The largest applications in `self` that read no tangent, written out, added to `out`
@@ -496,12 +503,7 @@ mod tests {
     fn a_one_sided_tangent_reads_only_its_own_tangent() {
         for d in DERIVATIVES.iter().filter(|d| d.is_binary()) {
             let [t1, t2] = d.one_sided();
-            let mentions = |t: &str, v: &str| {
-                t.replace('(', " ( ")
-                    .replace(')', " ) ")
-                    .split_whitespace()
-                    .any(|x| x == v)
-            };
+            let mentions = |t: &str, v: &str| parse(t).mentions(v);
             assert!(
                 mentions(&t1, "d1") && !mentions(&t1, "d2"),
                 "{}: {t1}",
